@@ -1,0 +1,146 @@
+/*
+ * qwen3-tts.h: C API of Vocable's native Qwen3-TTS 12 Hz Base engine (ggml, CPU).
+ *
+ * Usage:
+ *
+ *     qt_init_params ip = qt_init_default_params();
+ *     ip.model_path = "qwen3-tts-0.6b-base-q8_0.gguf";
+ *     qt_context * ctx = qt_init(&ip);
+ *     if (!ctx) { fprintf(stderr, "%s\n", qt_last_error()); return 1; }
+ *
+ *     qt_voice_ref ref;                        // pcm: mono float32 at 24 kHz
+ *     if (qt_extract_voice_ref(ctx, pcm, n_samples, &ref) != QT_STATUS_OK) { ... }
+ *     ... ref.speaker_embedding[0 .. ref.n_embd), ref.codes[frame * ref.n_codebooks + q] ...
+ *     qt_voice_ref_free(&ref);
+ *     qt_free(ctx);
+ *
+ * Thread safety: a context may be used by one thread at a time; distinct contexts are
+ * independent and may run concurrently. qt_last_error() is per thread.
+ *
+ * ABI: every params struct starts with `abi_version`. Fill structs with the matching
+ * qt_*_default_params() (which sets QT_ABI_VERSION); entry points reject a version outside
+ * the closed range [QT_ABI_MIN_VERSION, QT_ABI_VERSION] with QT_STATUS_INVALID_PARAMS (or NULL).
+ */
+#ifndef QWEN3_TTS_H
+#define QWEN3_TTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef QT_SHARED
+#    if defined(_WIN32) && !defined(__MINGW32__)
+#        ifdef QT_BUILD
+#            define QT_API __declspec(dllexport)
+#        else
+#            define QT_API __declspec(dllimport)
+#        endif
+#    else
+#        define QT_API __attribute__((visibility("default")))
+#    endif
+#else
+#    define QT_API
+#endif
+
+#define QT_ABI_VERSION     1
+#define QT_ABI_MIN_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qt_context qt_context;
+
+/* Status codes: 0 is success, every error is negative. */
+typedef enum qt_status {
+    QT_STATUS_OK             =  0,
+    QT_STATUS_INVALID_PARAMS = -1, /* NULL pointer, bad value or ABI version out of range */
+    QT_STATUS_INVALID_MODE   = -2, /* a request the loaded model cannot serve */
+    QT_STATUS_FAILED         = -3, /* computation failed; see qt_last_error() */
+    QT_STATUS_OUT_OF_MEMORY  = -4,
+    QT_STATUS_CANCELLED      = -5,
+} qt_status;
+
+typedef enum qt_log_level {
+    QT_LOG_LEVEL_DEBUG = 0,
+    QT_LOG_LEVEL_INFO  = 1,
+    QT_LOG_LEVEL_WARN  = 2,
+    QT_LOG_LEVEL_ERROR = 3,
+} qt_log_level;
+
+/* Receives one complete line (no trailing newline). May be called from any thread that
+ * calls into the engine. */
+typedef void (*qt_log_callback)(qt_log_level level, const char * text, void * user_data);
+
+typedef struct qt_init_params {
+    int32_t         abi_version;   /* QT_ABI_VERSION */
+    const char *    model_path;    /* the engine's GGUF model (`vocable convert`) */
+    int32_t         n_threads;     /* <= 0: the number of online CPU cores */
+    const char *    dump_dir;      /* NULL or "": no dumps; else every stage writes <name>.npy there */
+    qt_log_callback log_callback;  /* NULL: warnings and errors go to stderr */
+    void *          log_callback_user_data;
+} qt_init_params;
+
+/* What a loaded model is; filled by qt_get_model_info(). */
+typedef struct qt_model_info {
+    int32_t sample_rate;        /* of the waveform in and out: 24000 */
+    int32_t samples_per_frame;  /* codec frame: 1920 samples, 80 ms */
+    int32_t n_codebooks;        /* 16 */
+    int32_t codebook_size;      /* 2048 */
+    int32_t n_speaker_embd;     /* speaker embedding width = talker hidden size */
+    int32_t talker_hidden;
+    int32_t talker_layers;
+    int32_t predictor_hidden;
+    int32_t predictor_layers;
+    int32_t weight_type;        /* ggml_type of the talker's matrices */
+    char    variant[16];        /* "0.6B", "1.7B" or the converter's size tag */
+} qt_model_info;
+
+/* The reference part of a voice: the speaker embedding and the codec codes of the clip. */
+typedef struct qt_voice_ref {
+    float *   speaker_embedding; /* [n_embd] */
+    int32_t   n_embd;
+    int32_t * codes;             /* [n_frames * n_codebooks], frame-major */
+    int32_t   n_frames;
+    int32_t   n_codebooks;
+} qt_voice_ref;
+
+/* Library version string ("MAJOR.MINOR.PATCH") and the ABI range this build accepts. */
+QT_API const char * qt_version(void);
+QT_API int32_t      qt_abi_version(void);
+QT_API int32_t      qt_abi_min_version(void);
+
+/* Message of the last failed call on this thread ("" when none). Valid until the next call. */
+QT_API const char * qt_last_error(void);
+
+QT_API qt_init_params qt_init_default_params(void);
+
+/* Loads a model. Returns NULL on failure (bad params, missing, truncated or corrupt file,
+ * wrong model kind) with the reason in qt_last_error(). */
+QT_API qt_context * qt_init(const qt_init_params * params);
+
+/* Frees the context and everything it owns. NULL is a no-op. */
+QT_API void qt_free(qt_context * ctx);
+
+/* Returns QT_STATUS_OK, or QT_STATUS_INVALID_PARAMS on NULL arguments. */
+QT_API qt_status qt_get_model_info(const qt_context * ctx, qt_model_info * out);
+
+/* Shortest and longest reference clip the engine accepts, in samples at 24 kHz. */
+QT_API int32_t qt_voice_ref_min_samples(void);
+QT_API int32_t qt_voice_ref_max_samples(void);
+
+/* Computes the speaker embedding and the 16-codebook reference codes of a mono 24 kHz clip.
+ * On success `out` owns heap memory: release it with qt_voice_ref_free().
+ * Returns QT_STATUS_OK; QT_STATUS_INVALID_PARAMS for NULL arguments, a clip outside
+ * [qt_voice_ref_min_samples(), qt_voice_ref_max_samples()] or non-finite samples;
+ * QT_STATUS_OUT_OF_MEMORY or QT_STATUS_FAILED otherwise. On error `out` is zeroed. */
+QT_API qt_status qt_extract_voice_ref(qt_context * ctx, const float * pcm_24k, int32_t n_samples,
+                                      qt_voice_ref * out);
+
+/* Releases what qt_extract_voice_ref() allocated and zeroes the struct. NULL is a no-op. */
+QT_API void qt_voice_ref_free(qt_voice_ref * ref);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QWEN3_TTS_H */

@@ -1,0 +1,190 @@
+// pybind11 module vocable._engine: a thin layer over the C API. Arrays cross as numpy,
+// the GIL is released while the engine computes, engine log lines go to a Python callable.
+#include "qwen3-tts.h"
+
+#include "ggml.h"
+
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace py = pybind11;
+
+namespace {
+
+// Raised for every engine failure; `status` is the qt_status code.
+PyObject * g_engine_error = nullptr;
+
+[[noreturn]] void raise_status(int status, const std::string & message) {
+    py::object err = py::reinterpret_borrow<py::object>(g_engine_error)(message, status);
+    PyErr_SetObject(g_engine_error, err.ptr());
+    throw py::error_already_set();
+}
+
+struct log_target {
+    py::function callback;
+};
+
+void forward_log(qt_log_level level, const char * text, void * user_data) {
+    py::gil_scoped_acquire gil;
+    try {
+        static_cast<log_target *>(user_data)->callback(int(level), text);
+    } catch (py::error_already_set & e) {
+        e.discard_as_unraisable("vocable engine log callback");
+    }
+}
+
+class engine_context {
+public:
+    engine_context(const std::string & model_path, int n_threads, const std::optional<std::string> & dump_dir,
+                   std::optional<py::function> log_callback) {
+        qt_init_params ip = qt_init_default_params();
+        ip.model_path = model_path.c_str();
+        ip.n_threads = n_threads;
+        ip.dump_dir = dump_dir ? dump_dir->c_str() : nullptr;
+        if (log_callback) {
+            log_ = std::make_unique<log_target>(log_target{ *log_callback });
+            ip.log_callback = forward_log;
+            ip.log_callback_user_data = log_.get();
+        }
+        {
+            py::gil_scoped_release release;
+            ctx_ = qt_init(&ip);
+        }
+        if (!ctx_) {
+            raise_status(QT_STATUS_INVALID_PARAMS, qt_last_error());
+        }
+    }
+    ~engine_context() { close(); }
+
+    void close() {
+        if (ctx_) {
+            py::gil_scoped_release release;
+            qt_free(ctx_);
+            ctx_ = nullptr;
+        }
+    }
+
+    py::dict model_info() const {
+        qt_model_info info;
+        qt_get_model_info(checked(), &info);
+        py::dict d;
+        d["sample_rate"] = info.sample_rate;
+        d["samples_per_frame"] = info.samples_per_frame;
+        d["n_codebooks"] = info.n_codebooks;
+        d["codebook_size"] = info.codebook_size;
+        d["n_speaker_embd"] = info.n_speaker_embd;
+        d["talker_hidden"] = info.talker_hidden;
+        d["talker_layers"] = info.talker_layers;
+        d["predictor_hidden"] = info.predictor_hidden;
+        d["predictor_layers"] = info.predictor_layers;
+        d["weight_type"] = ggml_type_name(ggml_type(info.weight_type));
+        d["variant"] = std::string(info.variant);
+        return d;
+    }
+
+    // Returns (speaker_embedding float32 [D], codes int32 [T, n_codebooks]).
+    py::tuple extract_voice_ref(py::array_t<float, py::array::c_style | py::array::forcecast> pcm) {
+        if (pcm.ndim() != 1) {
+            throw py::value_error("pcm must be a 1-D array of mono samples");
+        }
+        qt_context * ctx = checked();
+        qt_voice_ref ref;
+        int status;
+        {
+            py::gil_scoped_release release;
+            status = qt_extract_voice_ref(ctx, pcm.data(), int32_t(pcm.shape(0)), &ref);
+        }
+        if (status != QT_STATUS_OK) {
+            raise_status(status, qt_last_error());
+        }
+        py::array_t<float> embedding(ref.n_embd);
+        std::memcpy(embedding.mutable_data(), ref.speaker_embedding, sizeof(float) * size_t(ref.n_embd));
+        py::array_t<int32_t> codes({ ref.n_frames, ref.n_codebooks });
+        std::memcpy(codes.mutable_data(), ref.codes, sizeof(int32_t) * size_t(ref.n_frames) * size_t(ref.n_codebooks));
+        qt_voice_ref_free(&ref);
+        return py::make_tuple(embedding, codes);
+    }
+
+private:
+    qt_context * checked() const {
+        if (!ctx_) {
+            throw py::value_error("the engine context is closed");
+        }
+        return ctx_;
+    }
+
+    qt_context *                ctx_ = nullptr;
+    std::unique_ptr<log_target> log_;
+};
+
+// Quantizes rows of a float32 matrix [n_rows, n_per_row] to `type` with ggml's own
+// quantizer (gguf-py has none for the K-quants). Returns the raw bytes [n_rows, row_size].
+py::array_t<uint8_t> quantize(py::array_t<float, py::array::c_style | py::array::forcecast> data, int type) {
+    if (data.ndim() != 2) {
+        throw py::value_error("quantize expects a 2-D array [rows, columns]");
+    }
+    const auto t = ggml_type(type);
+    if (type < 0 || type >= GGML_TYPE_COUNT || ggml_blck_size(t) <= 0) {
+        throw py::value_error("unknown ggml type " + std::to_string(type));
+    }
+    const int64_t n_rows = data.shape(0);
+    const int64_t n_per_row = data.shape(1);
+    if (n_per_row % ggml_blck_size(t) != 0) {
+        throw py::value_error(std::string("row length ") + std::to_string(n_per_row) + " is not a multiple of " +
+                              ggml_type_name(t) + "'s block size " + std::to_string(ggml_blck_size(t)));
+    }
+    const size_t row_size = ggml_row_size(t, n_per_row);
+    py::array_t<uint8_t> out({ size_t(n_rows), row_size });
+    const float * src = data.data();
+    uint8_t * dst = out.mutable_data();
+    {
+        py::gil_scoped_release release;
+        ggml_quantize_init(t);
+        ggml_quantize_chunk(t, src, dst, 0, n_rows, n_per_row, nullptr);
+    }
+    return out;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_engine, m) {
+    m.doc() = "Vocable's native Qwen3-TTS engine (C API qt_*)";
+
+    g_engine_error = PyErr_NewExceptionWithDoc(
+        "vocable._engine.EngineError",
+        "An engine call failed. args = (message, status) with status a negative qt_status code.",
+        PyExc_RuntimeError, nullptr);
+    m.attr("EngineError") = py::handle(g_engine_error);
+
+    m.attr("__version__") = VOCABLE_VERSION;
+    m.attr("ABI_VERSION") = QT_ABI_VERSION;
+    m.attr("ABI_MIN_VERSION") = QT_ABI_MIN_VERSION;
+    m.attr("STATUS_INVALID_PARAMS") = int(QT_STATUS_INVALID_PARAMS);
+    m.attr("STATUS_INVALID_MODE") = int(QT_STATUS_INVALID_MODE);
+    m.attr("STATUS_FAILED") = int(QT_STATUS_FAILED);
+    m.attr("STATUS_OUT_OF_MEMORY") = int(QT_STATUS_OUT_OF_MEMORY);
+    m.attr("STATUS_CANCELLED") = int(QT_STATUS_CANCELLED);
+
+    m.def("version", &qt_version, "The engine's version (qt_version()).");
+    m.def("abi_version", &qt_abi_version);
+    m.def("abi_min_version", &qt_abi_min_version);
+    m.def("ggml_version", &ggml_version, "The version of the ggml library in use.");
+    m.def("voice_ref_min_samples", &qt_voice_ref_min_samples);
+    m.def("voice_ref_max_samples", &qt_voice_ref_max_samples);
+    m.def("quantize", &quantize, py::arg("data"), py::arg("type"));
+
+    py::class_<engine_context>(m, "Context")
+        .def(py::init<const std::string &, int, const std::optional<std::string> &, std::optional<py::function>>(),
+             py::arg("model_path"), py::arg("n_threads") = 0, py::arg("dump_dir") = py::none(),
+             py::arg("log_callback") = py::none())
+        .def("close", &engine_context::close)
+        .def("model_info", &engine_context::model_info)
+        .def("extract_voice_ref", &engine_context::extract_voice_ref, py::arg("pcm"));
+}

@@ -1,0 +1,225 @@
+#include "graph.h"
+
+#include "log.h"
+#include "npy.h"
+
+#include "ggml-alloc.h"
+
+#include <cstring>
+
+namespace qt {
+
+// ---- stage_dumper ----------------------------------------------------------------------------
+
+void stage_dumper::write(const std::string & name, const float * data, const std::vector<int64_t> & shape) const {
+    npy_write(dir_ + "/" + name + ".npy", data, shape);
+}
+
+void stage_dumper::write(const std::string & name, const int32_t * data, const std::vector<int64_t> & shape) const {
+    npy_write(dir_ + "/" + name + ".npy", data, shape);
+}
+
+void stage_dumper::write(const std::string & name, const ggml_tensor * t) const {
+    std::vector<int64_t> shape;
+    for (int d = ggml_n_dims(t) - 1; d >= 0; --d) {
+        shape.push_back(t->ne[d]);
+    }
+    const int64_t n = ggml_nelements(t);
+    if (t->type == GGML_TYPE_I32) {
+        std::vector<int32_t> data(size_t(n), 0);
+        ggml_backend_tensor_get(t, data.data(), 0, size_t(n) * sizeof(int32_t));
+        write(name, data.data(), shape);
+        return;
+    }
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) {
+        throw error(QT_STATUS_FAILED, format("stage '%s' is not a contiguous f32 tensor", name.c_str()));
+    }
+    std::vector<float> data(size_t(n), 0.0f);
+    ggml_backend_tensor_get(t, data.data(), 0, size_t(n) * sizeof(float));
+    write(name, data.data(), shape);
+}
+
+// ---- cpu_backend -----------------------------------------------------------------------------
+
+cpu_backend::cpu_backend(int n_threads) : n_threads_(n_threads) {
+    backend_.reset(ggml_backend_cpu_init());
+    if (!backend_) {
+        throw error(QT_STATUS_FAILED, "cannot initialise ggml's CPU backend");
+    }
+    ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
+    threadpool_ = ggml_threadpool_new(&tpp);
+    if (!threadpool_) {
+        throw error(QT_STATUS_FAILED, format("cannot start a pool of %d threads", n_threads));
+    }
+    ggml_backend_cpu_set_n_threads(backend_.get(), n_threads);
+    ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_);
+}
+
+cpu_backend::~cpu_backend() {
+    backend_.reset();
+    if (threadpool_) {
+        ggml_threadpool_free(threadpool_);
+    }
+}
+
+// ---- graph_run -------------------------------------------------------------------------------
+
+graph_run::graph_run(const cpu_backend & backend, const stage_dumper & dumper, size_t max_nodes)
+    : backend_(backend), dumper_(dumper), max_nodes_(max_nodes) {
+    ggml_init_params params = {
+        /*.mem_size   =*/ ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
+        /*.mem_buffer =*/ nullptr,
+        /*.no_alloc   =*/ true,
+    };
+    ctx_.reset(ggml_init(params));
+    if (!ctx_) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, "cannot allocate a graph context");
+    }
+}
+
+ggml_tensor * graph_run::input_f32(const char * name, const float * data, std::vector<int64_t> ne) {
+    ne.resize(4, 1);
+    ggml_tensor * t = ggml_new_tensor_4d(ctx_.get(), GGML_TYPE_F32, ne[0], ne[1], ne[2], ne[3]);
+    ggml_set_name(t, name);
+    ggml_set_input(t);
+    const auto * bytes = reinterpret_cast<const uint8_t *>(data);
+    inputs_.push_back({ t, std::vector<uint8_t>(bytes, bytes + ggml_nbytes(t)) });
+    return t;
+}
+
+ggml_tensor * graph_run::input_i32(const char * name, const int32_t * data, std::vector<int64_t> ne) {
+    ne.resize(4, 1);
+    ggml_tensor * t = ggml_new_tensor_4d(ctx_.get(), GGML_TYPE_I32, ne[0], ne[1], ne[2], ne[3]);
+    ggml_set_name(t, name);
+    ggml_set_input(t);
+    const auto * bytes = reinterpret_cast<const uint8_t *>(data);
+    inputs_.push_back({ t, std::vector<uint8_t>(bytes, bytes + ggml_nbytes(t)) });
+    return t;
+}
+
+ggml_tensor * graph_run::stage(ggml_tensor * t, const std::string & name) {
+    ggml_set_name(t, name.c_str());
+    if (dumper_.enabled()) {
+        if (!ggml_is_contiguous(t)) {
+            t = ggml_cont(ctx_.get(), t);
+            ggml_set_name(t, name.c_str());
+        }
+        ggml_set_output(t);
+        stages_.emplace_back(name, t);
+    }
+    return t;
+}
+
+void graph_run::compute(ggml_tensor * result) {
+    ggml_set_output(result);
+    ggml_cgraph * graph = ggml_new_graph_custom(ctx_.get(), max_nodes_, false);
+    for (auto & s : stages_) {
+        ggml_build_forward_expand(graph, s.second);
+    }
+    ggml_build_forward_expand(graph, result);
+
+    allocr_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
+    if (!allocr_ || !ggml_gallocr_alloc_graph(allocr_.get(), graph)) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the compute graph");
+    }
+    for (auto & in : inputs_) {
+        ggml_backend_tensor_set(in.tensor, in.bytes.data(), 0, in.bytes.size());
+    }
+    if (ggml_backend_graph_compute(backend_.get(), graph) != GGML_STATUS_SUCCESS) {
+        throw error(QT_STATUS_FAILED, "graph computation failed");
+    }
+    for (auto & s : stages_) {
+        dumper_.write(s.first, s.second);
+    }
+}
+
+std::vector<float> graph_run::read_f32(const ggml_tensor * t) const {
+    std::vector<float> out(size_t(ggml_nelements(t)));
+    ggml_backend_tensor_get(t, out.data(), 0, out.size() * sizeof(float));
+    return out;
+}
+
+std::vector<int32_t> graph_run::read_i32(const ggml_tensor * t) const {
+    std::vector<int32_t> out(size_t(ggml_nelements(t)));
+    ggml_backend_tensor_get(t, out.data(), 0, out.size() * sizeof(int32_t));
+    return out;
+}
+
+// ---- building blocks -------------------------------------------------------------------------
+
+namespace {
+
+// Row `t` of x = (C, T) as a (C, 1) view.
+ggml_tensor * time_row(ggml_context * ctx, ggml_tensor * x, int64_t t) {
+    return ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(t) * x->nb[1]);
+}
+
+} // namespace
+
+ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int left, int right, pad_mode mode) {
+    if (left == 0 && right == 0) {
+        return x;
+    }
+    if (mode == pad_mode::zeros) {
+        return ggml_pad_ext(ctx, x, 0, 0, left, right, 0, 0, 0, 0);
+    }
+    const int64_t T = x->ne[1];
+    ggml_tensor * out = x;
+    if (mode == pad_mode::replicate) {
+        if (left > 0) {
+            ggml_tensor * first = time_row(ctx, x, 0);
+            out = ggml_concat(ctx, ggml_repeat_4d(ctx, first, x->ne[0], left, 1, 1), out, 1);
+        }
+        if (right > 0) {
+            ggml_tensor * last = time_row(ctx, x, T - 1);
+            out = ggml_concat(ctx, out, ggml_repeat_4d(ctx, last, x->ne[0], right, 1, 1), 1);
+        }
+        return out;
+    }
+    // reflect: frames left..1 before, T-2..T-1-right after (edge not repeated)
+    GGML_ASSERT(left < T && right < T);
+    for (int i = 1; i <= left; ++i) {
+        out = ggml_concat(ctx, time_row(ctx, x, i), out, 1);
+    }
+    for (int i = 1; i <= right; ++i) {
+        out = ggml_concat(ctx, out, time_row(ctx, x, T - 1 - i), 1);
+    }
+    return out;
+}
+
+ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
+                     int dilation) {
+    const int64_t c_in = w->ne[0];
+    const int64_t c_out = w->ne[1];
+    const int64_t K = w->ne[2];
+    GGML_ASSERT(x->ne[0] == c_in);
+    const int64_t span = dilation * (K - 1) + 1;
+    GGML_ASSERT(x->ne[1] >= span);
+    const int64_t t_out = (x->ne[1] - span) / stride + 1;
+
+    ggml_tensor * y = nullptr;
+    for (int64_t k = 0; k < K; ++k) {
+        ggml_tensor * w_k = ggml_view_2d(ctx, w, c_in, c_out, w->nb[1], size_t(k) * w->nb[2]);
+        ggml_tensor * x_k = ggml_view_2d(ctx, x, c_in, t_out, size_t(stride) * x->nb[1],
+                                         size_t(k * dilation) * x->nb[1]);
+        ggml_tensor * p = ggml_mul_mat(ctx, w_k, x_k);
+        y = y ? ggml_add(ctx, y, p) : p;
+    }
+    if (b) {
+        y = ggml_add(ctx, y, b);
+    }
+    return y;
+}
+
+ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) {
+    ggml_tensor * y = ggml_mul_mat(ctx, w, x);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, float eps) {
+    ggml_tensor * y = ggml_norm(ctx, x, eps);
+    y = ggml_mul(ctx, y, w);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+} // namespace qt

@@ -1,0 +1,114 @@
+// Running ggml graphs on the CPU backend, dumping named stage outputs, and the layer
+// building blocks that several components share.
+#pragma once
+
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace qt {
+
+// Writes stage outputs as .npy into a directory; disabled when the directory is empty.
+// A ggml tensor with ne = (C, T) is written as numpy [T, C]: ggml's innermost dimension is
+// numpy's last, so no transpose is needed.
+class stage_dumper {
+public:
+    explicit stage_dumper(std::string dir = {}) : dir_(std::move(dir)) {}
+    bool enabled() const { return !dir_.empty(); }
+    void write(const std::string & name, const ggml_tensor * t) const;
+    void write(const std::string & name, const float * data, const std::vector<int64_t> & shape) const;
+    void write(const std::string & name, const int32_t * data, const std::vector<int64_t> & shape) const;
+
+private:
+    std::string dir_;
+};
+
+// One CPU backend with a persistent thread pool. Owned by the context and shared by all
+// components so threads are created once.
+class cpu_backend {
+public:
+    explicit cpu_backend(int n_threads);
+    ~cpu_backend();
+    cpu_backend(const cpu_backend &) = delete;
+    cpu_backend & operator=(const cpu_backend &) = delete;
+
+    ggml_backend_t get() const { return backend_.get(); }
+    int            n_threads() const { return n_threads_; }
+
+private:
+    ggml_backend_ptr  backend_;
+    ggml_threadpool * threadpool_ = nullptr;
+    int               n_threads_;
+};
+
+// Builds one graph, allocates it, fills its inputs, computes it and dumps its stages:
+//
+//     graph_run run(backend, dumper, 4096);
+//     ggml_tensor * x = run.input_f32("mel", mel.data(), {n_mels, n_frames});
+//     ggml_tensor * y = build(run.ctx(), x, ...);   // calls run.stage(t, "name") on the way
+//     run.compute(y);
+//     run.read(y, out);
+class graph_run {
+public:
+    graph_run(const cpu_backend & backend, const stage_dumper & dumper, size_t max_nodes);
+
+    ggml_context * ctx() const { return ctx_.get(); }
+
+    // Graph inputs, copied in after allocation. `ne` is in ggml order (innermost first).
+    ggml_tensor * input_f32(const char * name, const float * data, std::vector<int64_t> ne);
+    ggml_tensor * input_i32(const char * name, const int32_t * data, std::vector<int64_t> ne);
+
+    // Names a stage output and keeps it for the dump when dumping is enabled.
+    ggml_tensor * stage(ggml_tensor * t, const std::string & name);
+
+    // Computes everything `result` depends on (and the dumped stages). Throws qt::error.
+    void compute(ggml_tensor * result);
+
+    std::vector<float>   read_f32(const ggml_tensor * t) const;
+    std::vector<int32_t> read_i32(const ggml_tensor * t) const;
+
+private:
+    struct pending_input {
+        ggml_tensor *        tensor;
+        std::vector<uint8_t> bytes;
+    };
+
+    const cpu_backend &        backend_;
+    const stage_dumper &       dumper_;
+    size_t                     max_nodes_;
+    ggml_context_ptr           ctx_;
+    std::vector<pending_input> inputs_;
+    std::vector<std::pair<std::string, ggml_tensor *>> stages_;
+    ggml_gallocr_ptr           allocr_;
+};
+
+// ---- building blocks -------------------------------------------------------------------------
+// Every activation is channels-innermost, ne = (C, T) (numpy [T, C]), for convolutions and
+// transformers alike, so no stage transposes. Convolution weights are stored by the converter
+// as ne = (C_in, C_out, K): tap k is the contiguous matrix w[:, :, k].
+
+enum class pad_mode { zeros, reflect, replicate };
+
+// Pads the time axis (ne[1]) of x = (C, T) by `left` and `right` frames.
+ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int left, int right, pad_mode mode);
+
+// Unpadded 1-D convolution as a sum over taps of matrix products with strided views of x:
+// no im2col buffer (K times the input) and no f16 rounding of the input as in ggml_conv_1d.
+// x = (C_in, T), w = (C_in, C_out, K) -> (C_out, (T - dilation (K - 1) - 1) / stride + 1);
+// adds b (C_out) when given.
+ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
+                     int dilation);
+
+// y = W x (+ b) for x = (C_in, T) and W = (C_in, C_out).
+ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b = nullptr);
+
+// LayerNorm over ne[0] with affine weight and bias (the wheel's ggml has no fused op).
+ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, float eps);
+
+} // namespace qt

@@ -1,0 +1,228 @@
+#include "model-loader.h"
+
+#include "gguf-names.h"
+#include "log.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+namespace qt {
+
+namespace {
+
+struct file_closer {
+    void operator()(FILE * f) const { fclose(f); }
+};
+
+std::string dims_to_string(const int64_t * ne, int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) {
+        s += (i ? ", " : "") + std::to_string(ne[i]);
+    }
+    return s + "]";
+}
+
+} // namespace
+
+uint64_t tensor_checksum(const void * data, size_t n_bytes) {
+    const auto * bytes = static_cast<const uint8_t *>(data);
+    const size_t n_words = n_bytes / 8;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n_words; ++i) {
+        uint64_t w;
+        memcpy(&w, bytes + 8 * i, 8);
+        sum += w * (2 * uint64_t(i) + 1);
+    }
+    if (n_bytes % 8) {
+        uint64_t w = 0;
+        memcpy(&w, bytes + 8 * n_words, n_bytes % 8);
+        sum += w * (2 * uint64_t(n_words) + 1);
+    }
+    return sum;
+}
+
+model_loader::model_loader(const std::string & path, ggml_backend_t backend) : path_(path) {
+    std::unique_ptr<FILE, file_closer> file(fopen(path.c_str(), "rb"));
+    if (!file) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("model file not found or unreadable: %s", path.c_str()));
+    }
+    char magic[4] = {};
+    if (fread(magic, 1, 4, file.get()) != 4 || memcmp(magic, "GGUF", 4) != 0) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s is not a GGUF model file (convert a Hugging Face model folder with `vocable convert`)",
+                           path.c_str()));
+    }
+    fseek(file.get(), 0, SEEK_END);
+    const uint64_t file_size = uint64_t(ftell(file.get()));
+    rewind(file.get());
+
+    ggml_context * meta = nullptr;
+    gguf_init_params gp = { /*.no_alloc =*/ true, /*.ctx =*/ &meta };
+    gguf_.reset(gguf_init_from_file_ptr(file.get(), gp));
+    if (!gguf_) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s is truncated or corrupt: its GGUF header cannot be read", path.c_str()));
+    }
+    meta_.reset(meta);
+
+    if (get_str(QT_KEY_ARCH) != QT_ARCH) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s is a '%s' model, not a Qwen3-TTS model", path.c_str(),
+                                                     get_str(QT_KEY_ARCH).c_str()));
+    }
+    const uint32_t version = get_u32(QT_KEY_FORMAT_VERSION);
+    if (version != QT_FORMAT_VERSION) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s has model format version %u; this engine reads version %d (convert the model again)",
+                           path.c_str(), version, QT_FORMAT_VERSION));
+    }
+    if (get_str(QT_KEY_MODEL_TYPE) != "base") {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s is a '%s' model; only 12 Hz Base models clone voices",
+                                                     path.c_str(), get_str(QT_KEY_MODEL_TYPE).c_str()));
+    }
+
+    const int64_t n_tensors = gguf_get_n_tensors(gguf_.get());
+    const size_t  data_offset = gguf_get_data_offset(gguf_.get());
+    uint64_t      data_end = data_offset;
+    for (int64_t i = 0; i < n_tensors; ++i) {
+        const uint64_t end = data_offset + gguf_get_tensor_offset(gguf_.get(), i) + gguf_get_tensor_size(gguf_.get(), i);
+        data_end = end > data_end ? end : data_end;
+    }
+    if (data_end > file_size) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s is truncated: %" PRIu64 " bytes, but its tensors need %" PRIu64
+                           " (download or convert it again)",
+                           path.c_str(), file_size, data_end));
+    }
+
+    const int64_t checksum_key = key_id(QT_KEY_CHECKSUMS, GGUF_TYPE_ARRAY);
+    if (gguf_get_arr_type(gguf_.get(), checksum_key) != GGUF_TYPE_UINT64 ||
+        int64_t(gguf_get_arr_n(gguf_.get(), checksum_key)) != n_tensors) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s is corrupt: its tensor checksum table is malformed", path.c_str()));
+    }
+    const auto * checksums = static_cast<const uint64_t *>(gguf_get_arr_data(gguf_.get(), checksum_key));
+
+    buffer_.reset(ggml_backend_alloc_ctx_tensors(meta_.get(), backend));
+    if (!buffer_) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, format("not enough memory for the weights of %s", path.c_str()));
+    }
+    ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    const bool host = ggml_backend_buffer_is_host(buffer_.get());
+
+    std::vector<uint8_t> staging;
+    for (int64_t i = 0; i < n_tensors; ++i) {
+        const char *  name = gguf_get_tensor_name(gguf_.get(), i);
+        ggml_tensor * t = ggml_get_tensor(meta_.get(), name);
+        const size_t  nbytes = ggml_nbytes(t);
+        void *        dst = t->data;
+        if (!host) {
+            staging.resize(nbytes);
+            dst = staging.data();
+        }
+        if (fseek(file.get(), long(data_offset + gguf_get_tensor_offset(gguf_.get(), i)), SEEK_SET) != 0 ||
+            fread(dst, 1, nbytes, file.get()) != nbytes) {
+            throw error(QT_STATUS_INVALID_PARAMS, format("%s is truncated: tensor '%s' cannot be read", path.c_str(), name));
+        }
+        if (tensor_checksum(dst, nbytes) != checksums[i]) {
+            throw error(QT_STATUS_INVALID_PARAMS,
+                        format("%s is corrupt: tensor '%s' does not match its checksum (download or convert it again)",
+                               path.c_str(), name));
+        }
+        if (!host) {
+            ggml_backend_tensor_set(t, dst, 0, nbytes);
+        }
+        tensors_[name] = t;
+        weight_bytes_ += nbytes;
+    }
+}
+
+int64_t model_loader::key_id(const char * key, enum gguf_type type) const {
+    const int64_t id = gguf_find_key(gguf_.get(), key);
+    if (id < 0) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s lacks the metadata key '%s' (convert the model again)",
+                                                     path_.c_str(), key));
+    }
+    if (gguf_get_kv_type(gguf_.get(), id) != type) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s is corrupt: metadata key '%s' has type %s, expected %s", path_.c_str(), key,
+                           gguf_type_name(gguf_get_kv_type(gguf_.get(), id)), gguf_type_name(type)));
+    }
+    return id;
+}
+
+bool model_loader::has_key(const char * key) const { return gguf_find_key(gguf_.get(), key) >= 0; }
+
+uint32_t model_loader::get_u32(const char * key) const {
+    return gguf_get_val_u32(gguf_.get(), key_id(key, GGUF_TYPE_UINT32));
+}
+
+float model_loader::get_f32(const char * key) const {
+    return gguf_get_val_f32(gguf_.get(), key_id(key, GGUF_TYPE_FLOAT32));
+}
+
+std::string model_loader::get_str(const char * key) const {
+    return gguf_get_val_str(gguf_.get(), key_id(key, GGUF_TYPE_STRING));
+}
+
+std::vector<int32_t> model_loader::get_i32_array(const char * key) const {
+    const int64_t id = key_id(key, GGUF_TYPE_ARRAY);
+    if (gguf_get_arr_type(gguf_.get(), id) != GGUF_TYPE_INT32) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s is corrupt: metadata key '%s' is not an int32 array", path_.c_str(), key));
+    }
+    const auto * data = static_cast<const int32_t *>(gguf_get_arr_data(gguf_.get(), id));
+    return std::vector<int32_t>(data, data + gguf_get_arr_n(gguf_.get(), id));
+}
+
+std::vector<std::string> model_loader::get_str_array(const char * key) const {
+    const int64_t id = key_id(key, GGUF_TYPE_ARRAY);
+    if (gguf_get_arr_type(gguf_.get(), id) != GGUF_TYPE_STRING) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s is corrupt: metadata key '%s' is not a string array", path_.c_str(), key));
+    }
+    std::vector<std::string> out;
+    for (size_t i = 0; i < gguf_get_arr_n(gguf_.get(), id); ++i) {
+        out.emplace_back(gguf_get_arr_str(gguf_.get(), id, i));
+    }
+    return out;
+}
+
+bool model_loader::has_tensor(const std::string & name) const { return tensors_.count(name) != 0; }
+
+ggml_tensor * model_loader::require(const std::string & name) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s lacks the tensor '%s' (convert the model again)",
+                                                     path_.c_str(), name.c_str()));
+    }
+    used_.insert(name);
+    return it->second;
+}
+
+ggml_tensor * model_loader::require(const std::string & name, std::initializer_list<int64_t> ne) {
+    ggml_tensor * t = require(name);
+    int64_t want[GGML_MAX_DIMS] = { 1, 1, 1, 1 };
+    int     i = 0;
+    for (int64_t d : ne) {
+        want[i++] = d;
+    }
+    if (memcmp(want, t->ne, sizeof(want)) != 0) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s: tensor '%s' has shape %s, expected %s", path_.c_str(), name.c_str(),
+                           dims_to_string(t->ne, GGML_MAX_DIMS).c_str(), dims_to_string(want, GGML_MAX_DIMS).c_str()));
+    }
+    return t;
+}
+
+std::vector<std::string> model_loader::unused_tensors() const {
+    std::vector<std::string> out;
+    for (const auto & kv : tensors_) {
+        if (!used_.count(kv.first)) {
+            out.push_back(kv.first);
+        }
+    }
+    return out;
+}
+
+} // namespace qt

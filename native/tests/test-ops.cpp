@@ -1,0 +1,159 @@
+// Op-level checks of the shared building blocks against naive reference loops.
+#include "graph.h"
+#include "log.h"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace {
+
+int failures = 0;
+
+void expect_close(const char * what, const std::vector<float> & got, const std::vector<float> & want, float tol) {
+    if (got.size() != want.size()) {
+        fprintf(stderr, "%s: size %zu != %zu\n", what, got.size(), want.size());
+        ++failures;
+        return;
+    }
+    float worst = 0.0f;
+    for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::fabs(got[i] - want[i]));
+    }
+    if (!(worst <= tol)) {
+        fprintf(stderr, "%s: max abs error %g > %g\n", what, worst, tol);
+        ++failures;
+    } else {
+        printf("%s: ok (max abs error %.2g)\n", what, worst);
+    }
+}
+
+std::vector<float> random_vector(size_t n, std::mt19937 & rng) {
+    std::normal_distribution<float> dist;
+    std::vector<float> v(n);
+    for (auto & x : v) {
+        x = dist(rng);
+    }
+    return v;
+}
+
+// x: [T][C] (channels innermost), w: [K][C_out][C_in]; returns [T_out][C_out]
+std::vector<float> naive_conv(const std::vector<float> & x, int64_t T, int64_t c_in, const std::vector<float> & w,
+                              int64_t c_out, int64_t K, int stride, int dilation, int64_t * t_out) {
+    *t_out = (T - dilation * (K - 1) - 1) / stride + 1;
+    std::vector<float> y(size_t(*t_out * c_out), 0.0f);
+    for (int64_t t = 0; t < *t_out; ++t) {
+        for (int64_t o = 0; o < c_out; ++o) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < K; ++k) {
+                for (int64_t i = 0; i < c_in; ++i) {
+                    acc += double(w[size_t((k * c_out + o) * c_in + i)]) * x[size_t((t * stride + k * dilation) * c_in + i)];
+                }
+            }
+            y[size_t(t * c_out + o)] = float(acc);
+        }
+    }
+    return y;
+}
+
+void test_conv(const qt::cpu_backend & backend, int stride, int dilation) {
+    std::mt19937 rng(42 + stride * 7 + dilation);
+    const int64_t T = 37, c_in = 6, c_out = 5, K = 4;
+    auto x = random_vector(size_t(T * c_in), rng);
+    auto w = random_vector(size_t(K * c_out * c_in), rng);
+    int64_t t_out = 0;
+    auto want = naive_conv(x, T, c_in, w, c_out, K, stride, dilation, &t_out);
+
+    qt::stage_dumper no_dump;
+    qt::graph_run run(backend, no_dump, 256);
+    ggml_tensor * gx = run.input_f32("x", x.data(), { c_in, T });
+    ggml_tensor * gw = run.input_f32("w", w.data(), { c_in, c_out, K });
+    ggml_tensor * y = qt::conv1d(run.ctx(), gx, gw, nullptr, stride, dilation);
+    run.compute(y);
+    char name[64];
+    snprintf(name, sizeof(name), "conv1d stride %d dilation %d", stride, dilation);
+    if (y->ne[1] != t_out) {
+        fprintf(stderr, "%s: %lld output frames, expected %lld\n", name, (long long) y->ne[1], (long long) t_out);
+        ++failures;
+        return;
+    }
+    expect_close(name, run.read_f32(y), want, 1e-4f);
+}
+
+void test_pad(const qt::cpu_backend & backend, qt::pad_mode mode, const char * name) {
+    const int64_t T = 5, C = 2;
+    std::vector<float> x(size_t(T * C));
+    for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = float(i);
+    }
+    const int left = 3, right = 2;
+    std::vector<float> want;
+    for (int64_t t = -left; t < T + right; ++t) {
+        int64_t src = t;
+        if (mode == qt::pad_mode::reflect) {
+            src = t < 0 ? -t : t >= T ? 2 * (T - 1) - t : t;
+        } else if (mode == qt::pad_mode::replicate) {
+            src = t < 0 ? 0 : t >= T ? T - 1 : t;
+        }
+        for (int64_t c = 0; c < C; ++c) {
+            want.push_back(src < 0 || src >= T ? 0.0f : x[size_t(src * C + c)]);
+        }
+    }
+    qt::stage_dumper no_dump;
+    qt::graph_run run(backend, no_dump, 256);
+    ggml_tensor * gx = run.input_f32("x", x.data(), { C, T });
+    ggml_tensor * y = ggml_cont(run.ctx(), qt::pad_time(run.ctx(), gx, left, right, mode));
+    run.compute(y);
+    expect_close(name, run.read_f32(y), want, 0.0f);
+}
+
+void test_layer_norm(const qt::cpu_backend & backend) {
+    std::mt19937 rng(7);
+    const int64_t C = 16, T = 3;
+    auto x = random_vector(size_t(C * T), rng);
+    auto w = random_vector(size_t(C), rng);
+    auto b = random_vector(size_t(C), rng);
+    std::vector<float> want(x.size());
+    for (int64_t t = 0; t < T; ++t) {
+        double mean = 0, var = 0;
+        for (int64_t c = 0; c < C; ++c) mean += x[size_t(t * C + c)];
+        mean /= C;
+        for (int64_t c = 0; c < C; ++c) var += std::pow(x[size_t(t * C + c)] - mean, 2);
+        var /= C;
+        for (int64_t c = 0; c < C; ++c) {
+            want[size_t(t * C + c)] = float((x[size_t(t * C + c)] - mean) / std::sqrt(var + 1e-5) * w[size_t(c)] + b[size_t(c)]);
+        }
+    }
+    qt::stage_dumper no_dump;
+    qt::graph_run run(backend, no_dump, 64);
+    ggml_tensor * y = qt::layer_norm(run.ctx(), run.input_f32("x", x.data(), { C, T }),
+                                     run.input_f32("w", w.data(), { C }), run.input_f32("b", b.data(), { C }), 1e-5f);
+    run.compute(y);
+    expect_close("layer_norm", run.read_f32(y), want, 1e-4f);
+}
+
+} // namespace
+
+int main() {
+    try {
+        qt::cpu_backend backend(2);
+        test_conv(backend, 1, 1);
+        test_conv(backend, 1, 3);
+        test_conv(backend, 2, 1);
+        test_conv(backend, 3, 2);
+        test_pad(backend, qt::pad_mode::zeros, "pad zeros");
+        test_pad(backend, qt::pad_mode::reflect, "pad reflect");
+        test_pad(backend, qt::pad_mode::replicate, "pad replicate");
+        test_layer_norm(backend);
+    } catch (const std::exception & e) {
+        fprintf(stderr, "test-ops: %s\n", e.what());
+        return 1;
+    }
+    if (failures) {
+        fprintf(stderr, "test-ops: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test-ops: all checks passed\n");
+    return 0;
+}
