@@ -14,7 +14,10 @@
 #define QT_KEY_FORMAT_VERSION  QT_ARCH ".format_version"
 #define QT_KEY_MODEL_TYPE      QT_ARCH ".model_type"     // must be "base"
 #define QT_KEY_MODEL_SIZE      QT_ARCH ".model_size"     // "0b6", "1b7"
-#define QT_KEY_CHECKSUMS       QT_ARCH ".tensor_checksums"  // u64 per tensor, file order
+
+// The last tensor: one u64 checksum (model-loader.h tensor_checksum) per other tensor, in
+// file order, stored as int32 pairs because GGUF tensors have no u64 type.
+#define QT_TENSOR_CHECKSUMS "checksums"
 
 // Speaker encoder (ECAPA-TDNN); tensors "spk.*"
 #define QT_KEY_SPK_MEL_DIM       QT_ARCH ".spk.mel_dim"

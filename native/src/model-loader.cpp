@@ -96,12 +96,17 @@ model_loader::model_loader(const std::string & path, ggml_backend_t backend) : p
                            path.c_str(), file_size, data_end));
     }
 
-    const int64_t checksum_key = key_id(QT_KEY_CHECKSUMS, GGUF_TYPE_ARRAY);
-    if (gguf_get_arr_type(gguf_.get(), checksum_key) != GGUF_TYPE_UINT64 ||
-        int64_t(gguf_get_arr_n(gguf_.get(), checksum_key)) != n_tensors) {
+    // The converter writes one checksum per tensor into a last tensor, as int32 pairs.
+    const int64_t checksum_id = gguf_find_tensor(gguf_.get(), QT_TENSOR_CHECKSUMS);
+    if (checksum_id != n_tensors - 1 || gguf_get_tensor_type(gguf_.get(), checksum_id) != GGML_TYPE_I32 ||
+        gguf_get_tensor_size(gguf_.get(), checksum_id) != size_t(8 * (n_tensors - 1))) {
         throw error(QT_STATUS_INVALID_PARAMS, format("%s is corrupt: its tensor checksum table is malformed", path.c_str()));
     }
-    const auto * checksums = static_cast<const uint64_t *>(gguf_get_arr_data(gguf_.get(), checksum_key));
+    std::vector<uint64_t> checksums(size_t(n_tensors - 1));
+    if (fseek(file.get(), long(data_offset + gguf_get_tensor_offset(gguf_.get(), checksum_id)), SEEK_SET) != 0 ||
+        fread(checksums.data(), 8, checksums.size(), file.get()) != checksums.size()) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s is truncated: its checksum table cannot be read", path.c_str()));
+    }
 
     buffer_.reset(ggml_backend_alloc_ctx_tensors(meta_.get(), backend));
     if (!buffer_) {
@@ -111,7 +116,7 @@ model_loader::model_loader(const std::string & path, ggml_backend_t backend) : p
     const bool host = ggml_backend_buffer_is_host(buffer_.get());
 
     std::vector<uint8_t> staging;
-    for (int64_t i = 0; i < n_tensors; ++i) {
+    for (int64_t i = 0; i + 1 < n_tensors; ++i) {
         const char *  name = gguf_get_tensor_name(gguf_.get(), i);
         ggml_tensor * t = ggml_get_tensor(meta_.get(), name);
         const size_t  nbytes = ggml_nbytes(t);

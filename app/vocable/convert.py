@@ -1,0 +1,559 @@
+"""Convert a Hugging Face Qwen3-TTS 12 Hz Base folder into the engine's GGUF model.
+
+    vocable convert HF_MODEL_DIR OUT.gguf [--type f32|f16|q8_0|q4_k]
+
+The result is self-contained: every hyperparameter is metadata, and so are the tokenizer
+files. Tensors stream from the memory-mapped checkpoint one block of rows at a time, so a
+1.8 GB model is never held twice. The speaker encoder, the codec encoder, codebooks, norms
+and every vector stay float32; matrices of the talker, the code predictor and the codec
+decoder take the requested type (rows that do not fit its block size fall back to a wider
+type). Tensor names and metadata keys follow native/src/gguf-names.h.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .safetensors_reader import SafetensorsError, TensorRef, open_checkpoint
+
+ARCH = "qwen3-tts"
+FORMAT_VERSION = 1  # native/src/gguf-names.h QT_FORMAT_VERSION
+CHECKSUM_TENSOR = "checksums"
+CODEBOOK_EPS = 1e-5
+ROW_BLOCK_BYTES = 64 * 1024 * 1024  # f32 bytes converted at a time
+
+WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_k")
+
+
+class ConversionError(Exception):
+    """The input folder is not a convertible Qwen3-TTS 12 Hz Base model, or writing failed."""
+
+
+class ConversionCancelled(ConversionError):
+    pass
+
+
+# ---- tensor names ---------------------------------------------------------------------------
+
+_LAYER_RULES = [  # transformer sub-module names shared by talker, code predictor and codecs
+    (r"self_attn\.(q|k|v|o)_proj\.", r"attn_\1."),
+    (r"self_attn\.(q|k)_norm\.", r"attn_\1_norm."),
+    (r"mlp\.gate_proj\.", "ffn_gate."), (r"mlp\.up_proj\.", "ffn_up."), (r"mlp\.down_proj\.", "ffn_down."),
+    (r"mlp\.fc1\.", "ffn_up."), (r"mlp\.fc2\.", "ffn_down."),
+    (r"input_layernorm\.", "attn_norm."), (r"post_attention_layernorm\.", "ffn_norm."),
+    (r"self_attn_layer_scale\.scale$", "attn_scale"), (r"mlp_layer_scale\.scale$", "ffn_scale"),
+]
+
+# (HF pattern, engine name, kind); kind: "linear", "conv", "tconv" (ConvTranspose1d),
+# "codebook" (embedding_sum / cluster_usage), "vector", "embedding".
+_RULES: list[tuple[str, str, str]] = [
+    # speaker encoder
+    (r"speaker_encoder\.blocks\.0\.conv\.(weight|bias)", r"spk.blk.0.conv.\1", "conv"),
+    (r"speaker_encoder\.blocks\.(\d+)\.tdnn([12])\.conv\.(weight|bias)", r"spk.blk.\1.tdnn\2.\3", "conv"),
+    (r"speaker_encoder\.blocks\.(\d+)\.res2net_block\.blocks\.(\d+)\.conv\.(weight|bias)", r"spk.blk.\1.res2net.\2.\3", "conv"),
+    (r"speaker_encoder\.blocks\.(\d+)\.se_block\.conv([12])\.(weight|bias)", r"spk.blk.\1.se\2.\3", "conv"),
+    (r"speaker_encoder\.mfa\.conv\.(weight|bias)", r"spk.mfa.\1", "conv"),
+    (r"speaker_encoder\.asp\.tdnn\.conv\.(weight|bias)", r"spk.asp.tdnn.\1", "conv"),
+    (r"speaker_encoder\.asp\.conv\.(weight|bias)", r"spk.asp.conv.\1", "conv"),
+    (r"speaker_encoder\.fc\.(weight|bias)", r"spk.fc.\1", "conv"),
+    # talker
+    (r"talker\.model\.layers\.(\d+)\.(.+)", r"talker.blk.\1.\2", "layer"),
+    (r"talker\.model\.norm\.weight", "talker.output_norm.weight", "vector"),
+    (r"talker\.model\.codec_embedding\.weight", "talker.codec_embd.weight", "embedding"),
+    (r"talker\.model\.text_embedding\.weight", "talker.text_embd.weight", "embedding"),
+    (r"talker\.text_projection\.linear_fc([12])\.(weight|bias)", r"talker.text_proj\1.\2", "linear"),
+    (r"talker\.codec_head\.weight", "talker.codec_head.weight", "linear"),
+    # code predictor
+    (r"talker\.code_predictor\.model\.layers\.(\d+)\.(.+)", r"cp.blk.\1.\2", "layer"),
+    (r"talker\.code_predictor\.model\.norm\.weight", "cp.output_norm.weight", "vector"),
+    (r"talker\.code_predictor\.model\.codec_embedding\.(\d+)\.weight", r"cp.codec_embd.\1.weight", "embedding"),
+    (r"talker\.code_predictor\.lm_head\.(\d+)\.weight", r"cp.head.\1.weight", "linear"),
+    (r"talker\.code_predictor\.small_to_mtp_projection\.(weight|bias)", r"cp.in_proj.\1", "linear"),
+    # 12 Hz codec encoder (Mimi)
+    (r"encoder\.encoder\.layers\.(\d+)\.conv\.(weight|bias)", r"cenc.seanet.\1.\2", "conv"),
+    (r"encoder\.encoder\.layers\.(\d+)\.block\.(\d+)\.conv\.(weight|bias)", r"cenc.seanet.\1.block\2.\3", "conv"),
+    (r"encoder\.encoder_transformer\.layers\.(\d+)\.(.+)", r"cenc.blk.\1.\2", "layer"),
+    (r"encoder\.downsample\.conv\.weight", "cenc.downsample.weight", "conv"),
+    (r"encoder\.quantizer\.semantic_residual_vector_quantizer\.input_proj\.weight", "cenc.rvq_sem.in_proj.weight", "conv"),
+    (r"encoder\.quantizer\.acoustic_residual_vector_quantizer\.input_proj\.weight", "cenc.rvq_ac.in_proj.weight", "conv"),
+    (r"encoder\.quantizer\.semantic_residual_vector_quantizer\.layers\.(\d+)\.codebook\.embed_sum", r"cenc.rvq_sem.codebook.\1", "codebook"),
+    (r"encoder\.quantizer\.acoustic_residual_vector_quantizer\.layers\.(\d+)\.codebook\.embed_sum", r"cenc.rvq_ac.codebook.\1", "codebook"),
+    # 12 Hz codec decoder
+    (r"decoder\.quantizer\.(rvq_first|rvq_rest)\.vq\.layers\.(\d+)\._codebook\.embedding_sum", r"cdec.\1.codebook.\2", "codebook"),
+    (r"decoder\.quantizer\.(rvq_first|rvq_rest)\.output_proj\.weight", r"cdec.\1.out_proj.weight", "conv"),
+    (r"decoder\.pre_conv\.conv\.(weight|bias)", r"cdec.pre_conv.\1", "conv"),
+    (r"decoder\.pre_transformer\.input_proj\.(weight|bias)", r"cdec.tf_in.\1", "linear"),
+    (r"decoder\.pre_transformer\.output_proj\.(weight|bias)", r"cdec.tf_out.\1", "linear"),
+    (r"decoder\.pre_transformer\.norm\.weight", "cdec.tf_norm.weight", "vector"),
+    (r"decoder\.pre_transformer\.layers\.(\d+)\.(.+)", r"cdec.blk.\1.\2", "layer"),
+    (r"decoder\.upsample\.(\d+)\.0\.conv\.(weight|bias)", r"cdec.up.\1.tconv.\2", "tconv"),
+    (r"decoder\.upsample\.(\d+)\.1\.dwconv\.conv\.(weight|bias)", r"cdec.up.\1.dwconv.\2", "conv"),
+    (r"decoder\.upsample\.(\d+)\.1\.norm\.(weight|bias)", r"cdec.up.\1.norm.\2", "vector"),
+    (r"decoder\.upsample\.(\d+)\.1\.gamma", r"cdec.up.\1.gamma", "vector"),
+    (r"decoder\.upsample\.(\d+)\.1\.pwconv([12])\.(weight|bias)", r"cdec.up.\1.pw\2.\3", "linear"),
+    (r"decoder\.decoder\.(\d+)\.conv\.(weight|bias)", r"cdec.dec.\1.conv.\2", "conv"),
+    (r"decoder\.decoder\.(\d+)\.(alpha|beta)", r"cdec.dec.\1.snake.\2", "vector"),
+    (r"decoder\.decoder\.(\d+)\.block\.0\.(alpha|beta)", r"cdec.dec.\1.snake.\2", "vector"),
+    (r"decoder\.decoder\.(\d+)\.block\.1\.conv\.(weight|bias)", r"cdec.dec.\1.tconv.\2", "tconv"),
+    (r"decoder\.decoder\.(\d+)\.block\.([234])\.act([12])\.(alpha|beta)", r"cdec.dec.\1.res\2.snake\3.\4", "vector"),
+    (r"decoder\.decoder\.(\d+)\.block\.([234])\.conv([12])\.conv\.(weight|bias)", r"cdec.dec.\1.res\2.conv\3.\4", "conv"),
+]
+_COMPILED = [(re.compile(p + "$"), r, k) for p, r, k in _RULES]
+# Tensors that inference never reads.
+_SKIPPED = re.compile(r"(.*\.initialized$|.*\.cluster_usage$|encoder\.quantizer\..*\.output_proj\.weight$"
+                      r"|decoder\.quantizer\..*\.input_proj\.weight$)")
+
+
+def engine_name(hf_name: str) -> tuple[str, str] | None:
+    """(engine tensor name, kind) for a checkpoint tensor; None when inference does not use it."""
+    if _SKIPPED.match(hf_name):
+        return None
+    for pattern, repl, kind in _COMPILED:
+        m = pattern.match(hf_name)
+        if m:
+            name = m.expand(repl)
+            if kind == "layer":
+                head, _, rest = name.partition(".blk.")
+                layer, _, sub = rest.partition(".")
+                for p, r in _LAYER_RULES:
+                    sub = re.sub(p, r, sub)
+                name = f"{head}.blk.{layer}.{sub}"
+                kind = "vector" if hf_name.endswith(("norm.weight", "norm.bias", ".scale")) else "linear"
+            return name, kind
+    raise ConversionError(f"unexpected tensor {hf_name!r}: not a Qwen3-TTS 12 Hz Base checkpoint")
+
+
+# ---- configuration --------------------------------------------------------------------------
+
+# transformers' MimiConfig defaults (kyutai/mimi geometry), used for keys a config leaves out.
+_MIMI_DEFAULTS = dict(
+    sampling_rate=24000, frame_rate=12.5, hidden_size=512, num_filters=64, num_residual_layers=1,
+    upsampling_ratios=[8, 6, 5, 4], kernel_size=7, last_kernel_size=3, residual_kernel_size=3,
+    dilation_growth_rate=2, compress=2, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8,
+    head_dim=None, intermediate_size=2048, norm_eps=1e-5, rope_theta=10000.0, sliding_window=250,
+    codebook_size=2048, codebook_dim=256, num_semantic_quantizers=1, pad_mode="constant")
+# Qwen3TTSSpeakerEncoderConfig defaults.
+_SPEAKER_DEFAULTS = dict(mel_dim=128, enc_dim=1024, enc_channels=[512, 512, 512, 512, 1536],
+                         enc_kernel_sizes=[5, 3, 3, 3, 1], enc_dilations=[1, 2, 3, 4, 1],
+                         enc_attention_channels=128, enc_res2net_scale=8, enc_se_channels=128, sample_rate=24000)
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise ConversionError(f"{path} is missing: is this a downloaded Qwen3-TTS model folder?")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConversionError(f"{path} is unreadable or not valid JSON: {e}") from e
+
+
+@dataclass
+class ModelFolder:
+    root: Path
+    config: dict
+    speech_config: dict
+    generation_config: dict
+    tokenizer_files: dict[str, str]
+
+    @property
+    def talker(self) -> dict:
+        return self.config["talker_config"]
+
+    @property
+    def predictor(self) -> dict:
+        return self.talker["code_predictor_config"]
+
+    @property
+    def encoder(self) -> dict:
+        enc = self.speech_config.get("encoder_config")
+        return {**_MIMI_DEFAULTS, **(enc if isinstance(enc, dict) else {})}
+
+    @property
+    def decoder(self) -> dict:
+        return self.speech_config["decoder_config"]
+
+    @property
+    def speaker(self) -> dict:
+        return {**_SPEAKER_DEFAULTS, **self.config.get("speaker_encoder_config", {})}
+
+
+def read_model_folder(root: Path) -> ModelFolder:
+    root = Path(root)
+    if not root.is_dir():
+        raise ConversionError(f"{root} is not a folder")
+    config = _read_json(root / "config.json")
+    if config.get("tts_model_type") != "base":
+        kind = config.get("tts_model_type") or config.get("model_type") or "unknown"
+        raise ConversionError(f"{root} holds a '{kind}' model; Vocable needs a Qwen3-TTS 12 Hz *Base* model "
+                              "(Qwen/Qwen3-TTS-12Hz-0.6B-Base or -1.7B-Base)")
+    if config.get("tokenizer_type") != "qwen3_tts_tokenizer_12hz":
+        raise ConversionError(f"{root} uses the '{config.get('tokenizer_type')}' speech tokenizer; "
+                              "only the 12 Hz tokenizer is supported")
+    speech_config = _read_json(root / "speech_tokenizer" / "config.json")
+    generation_config = _read_json(root / "generation_config.json") if (root / "generation_config.json").exists() else {}
+    tokenizer_files = {}
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        path = root / name
+        if not path.is_file():
+            raise ConversionError(f"{path} is missing: the text tokenizer files are part of the model folder")
+        tokenizer_files[name] = path.read_text(encoding="utf-8")
+    try:
+        folder = ModelFolder(root, config, speech_config, generation_config, tokenizer_files)
+        folder.talker, folder.predictor, folder.decoder  # noqa: B018  (presence check)
+    except KeyError as e:
+        raise ConversionError(f"{root}/config.json lacks {e}: not a Qwen3-TTS 12 Hz Base config") from e
+    return folder
+
+
+def _metadata(m: ModelFolder) -> list[tuple[str, object]]:
+    """(key, value) pairs; ints become u32, floats f32, lists of ints i32 arrays."""
+    t, p, e, d, s = m.talker, m.predictor, m.encoder, m.decoder, m.speaker
+    sc = m.speech_config
+    enc_rate = e["sampling_rate"] / float(np.prod(e["upsampling_ratios"]))
+    langs = sorted(t["codec_language_id"].items(), key=lambda kv: kv[1])
+    g = m.generation_config
+    kv: list[tuple[str, object]] = [
+        ("model_type", "base"), ("model_size", m.config.get("tts_model_size", "")),
+        ("spk.mel_dim", s["mel_dim"]), ("spk.enc_dim", s["enc_dim"]), ("spk.channels", s["enc_channels"]),
+        ("spk.kernel_sizes", s["enc_kernel_sizes"]), ("spk.dilations", s["enc_dilations"]),
+        ("spk.attention_channels", s["enc_attention_channels"]), ("spk.res2net_scale", s["enc_res2net_scale"]),
+        ("spk.se_channels", s["enc_se_channels"]), ("spk.sample_rate", s["sample_rate"]),
+        ("cenc.sample_rate", sc.get("input_sample_rate", e["sampling_rate"])),
+        ("cenc.frame_samples", sc.get("encode_downsample_rate", 1920)),
+        ("cenc.hidden_size", e["hidden_size"]), ("cenc.num_filters", e["num_filters"]),
+        ("cenc.num_residual_layers", e["num_residual_layers"]), ("cenc.upsampling_ratios", e["upsampling_ratios"]),
+        ("cenc.kernel_size", e["kernel_size"]), ("cenc.last_kernel_size", e["last_kernel_size"]),
+        ("cenc.residual_kernel_size", e["residual_kernel_size"]), ("cenc.dilation_growth_rate", e["dilation_growth_rate"]),
+        ("cenc.compress", e["compress"]), ("cenc.num_hidden_layers", e["num_hidden_layers"]),
+        ("cenc.num_attention_heads", e["num_attention_heads"]), ("cenc.num_key_value_heads", e["num_key_value_heads"]),
+        ("cenc.head_dim", e["head_dim"] or e["hidden_size"] // e["num_attention_heads"]),
+        ("cenc.intermediate_size", e["intermediate_size"]), ("cenc.norm_eps", float(e["norm_eps"])),
+        ("cenc.rope_theta", float(e["rope_theta"])), ("cenc.sliding_window", e["sliding_window"]),
+        ("cenc.codebook_size", e["codebook_size"]), ("cenc.codebook_dim", e["codebook_dim"]),
+        ("cenc.num_semantic_quantizers", e["num_semantic_quantizers"]),
+        ("cenc.valid_num_quantizers", sc.get("encoder_valid_num_quantizers", 16)),
+        ("cenc.frame_rate", float(e.get("_frame_rate", e["frame_rate"]))),
+        ("cenc.encoder_frame_rate", float(enc_rate)), ("cenc.pad_mode", e["pad_mode"]),
+        ("talker.hidden_size", t["hidden_size"]), ("talker.intermediate_size", t["intermediate_size"]),
+        ("talker.num_hidden_layers", t["num_hidden_layers"]), ("talker.num_attention_heads", t["num_attention_heads"]),
+        ("talker.num_key_value_heads", t["num_key_value_heads"]), ("talker.head_dim", t["head_dim"]),
+        ("talker.rms_norm_eps", float(t["rms_norm_eps"])), ("talker.rope_theta", float(t["rope_theta"])),
+        ("talker.vocab_size", t["vocab_size"]), ("talker.text_hidden_size", t["text_hidden_size"]),
+        ("talker.text_vocab_size", t["text_vocab_size"]), ("talker.num_code_groups", t["num_code_groups"]),
+        ("talker.language_names", [name for name, _ in langs]), ("talker.language_ids", [i for _, i in langs]),
+        ("codec.pad_id", t["codec_pad_id"]), ("codec.bos_id", t["codec_bos_id"]),
+        ("codec.eos_id", t["codec_eos_token_id"]), ("codec.think_id", t["codec_think_id"]),
+        ("codec.nothink_id", t["codec_nothink_id"]), ("codec.think_bos_id", t["codec_think_bos_id"]),
+        ("codec.think_eos_id", t["codec_think_eos_id"]),
+        ("text.im_start_id", m.config["im_start_token_id"]), ("text.im_end_id", m.config["im_end_token_id"]),
+        ("text.tts_pad_id", m.config["tts_pad_token_id"]), ("text.tts_bos_id", m.config["tts_bos_token_id"]),
+        ("text.tts_eos_id", m.config["tts_eos_token_id"]),
+        ("cp.hidden_size", p["hidden_size"]), ("cp.intermediate_size", p["intermediate_size"]),
+        ("cp.num_hidden_layers", p["num_hidden_layers"]), ("cp.num_attention_heads", p["num_attention_heads"]),
+        ("cp.num_key_value_heads", p["num_key_value_heads"]), ("cp.head_dim", p["head_dim"]),
+        ("cp.rms_norm_eps", float(p["rms_norm_eps"])), ("cp.rope_theta", float(p["rope_theta"])),
+        ("cp.vocab_size", p["vocab_size"]),
+        ("cdec.codebook_size", d["codebook_size"]), ("cdec.codebook_dim", d["codebook_dim"]),
+        ("cdec.latent_dim", d["latent_dim"]), ("cdec.decoder_dim", d["decoder_dim"]),
+        ("cdec.hidden_size", d["hidden_size"]), ("cdec.intermediate_size", d["intermediate_size"]),
+        ("cdec.num_attention_heads", d["num_attention_heads"]), ("cdec.num_key_value_heads", d["num_key_value_heads"]),
+        ("cdec.head_dim", d["head_dim"]), ("cdec.num_hidden_layers", d["num_hidden_layers"]),
+        ("cdec.num_quantizers", d["num_quantizers"]), ("cdec.num_semantic_quantizers", d["num_semantic_quantizers"]),
+        ("cdec.sliding_window", d["sliding_window"]), ("cdec.upsample_rates", d["upsample_rates"]),
+        ("cdec.upsampling_ratios", d["upsampling_ratios"]), ("cdec.rope_theta", float(d["rope_theta"])),
+        ("cdec.rms_norm_eps", float(d["rms_norm_eps"])), ("cdec.sample_rate", sc.get("output_sample_rate", 24000)),
+        ("cdec.frame_samples", sc.get("decode_upsample_rate", 1920)),
+        ("gen.temperature", float(g.get("temperature", 0.9))), ("gen.top_k", int(g.get("top_k", 50))),
+        ("gen.top_p", float(g.get("top_p", 1.0))), ("gen.repetition_penalty", float(g.get("repetition_penalty", 1.05))),
+        ("gen.cp_temperature", float(g.get("subtalker_temperature", 0.9))),
+        ("gen.cp_top_k", int(g.get("subtalker_top_k", 50))), ("gen.cp_top_p", float(g.get("subtalker_top_p", 1.0))),
+    ]
+    return [(f"{ARCH}.{k}", v) for k, v in kv]
+
+
+# ---- conversion plan ------------------------------------------------------------------------
+
+@dataclass
+class PlannedTensor:
+    name: str
+    source: TensorRef
+    usage: TensorRef | None   # cluster_usage of a codebook
+    kind: str
+    shape: tuple[int, ...]    # numpy order of the stored tensor
+    ggml_type: int
+
+    @property
+    def rows(self) -> int:
+        return int(np.prod(self.shape[:-1], dtype=np.int64)) if len(self.shape) > 1 else 1
+
+
+def _stored_shape(kind: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if kind == "conv":      # torch [C_out, C_in, K] -> [K, C_out, C_in]
+        return (shape[2], shape[0], shape[1]) if len(shape) == 3 else shape
+    if kind == "tconv":     # torch [C_in, C_out, K] -> [K, C_out, C_in]
+        return (shape[2], shape[1], shape[0]) if len(shape) == 3 else shape
+    return shape
+
+
+def _choose_type(name: str, kind: str, shape: tuple[int, ...], weight_type: str) -> int:
+    from gguf import GGMLQuantizationType as T
+    if (weight_type == "f32" or len(shape) < 2 or kind in ("codebook", "vector")
+            or name.startswith(("spk.", "cenc."))):
+        return T.F32
+    row = shape[-1]
+    for candidate in {"f16": ["f16"], "q8_0": ["q8_0", "f16"], "q4_k": ["q4_k", "q8_0", "f16"]}[weight_type]:
+        qtype = {"f16": T.F16, "q8_0": T.Q8_0, "q4_k": T.Q4_K}[candidate]
+        if row % _block_size(qtype) == 0:
+            return qtype
+    return T.F32
+
+
+def _block_size(qtype: int) -> int:
+    from gguf import GGML_QUANT_SIZES
+    return GGML_QUANT_SIZES[qtype][0]
+
+
+def _keep_codebook(name: str, m: ModelFolder) -> bool:
+    """Only the codebooks whose codes are kept (16 of Mimi's 32) are needed to encode."""
+    if not name.startswith("cenc.rvq_ac.codebook."):
+        return True
+    kept_acoustic = m.speech_config.get("encoder_valid_num_quantizers", 16) - m.encoder["num_semantic_quantizers"]
+    return int(name.rsplit(".", 1)[1]) < kept_acoustic
+
+
+def plan(m: ModelFolder, weight_type: str) -> list[PlannedTensor]:
+    try:
+        main = open_checkpoint(m.root)
+        speech = open_checkpoint(m.root / "speech_tokenizer")
+    except SafetensorsError as e:
+        raise ConversionError(str(e)) from e
+    out: list[PlannedTensor] = []
+    for tensors in (main, speech):
+        for hf_name, ref in tensors.items():
+            mapped = engine_name(hf_name)
+            if mapped is None:
+                continue
+            name, kind = mapped
+            if not _keep_codebook(name, m):
+                continue
+            usage = None
+            if kind == "codebook":
+                usage_name = hf_name.rsplit(".", 1)[0] + ".cluster_usage"
+                usage = tensors.get(usage_name)
+                if usage is None:
+                    raise ConversionError(f"checkpoint lacks {usage_name}")
+            shape = _stored_shape(kind, ref.shape)
+            out.append(PlannedTensor(name, ref, usage, kind, shape, _choose_type(name, kind, shape, weight_type)))
+    _check_shapes(out, m)
+    return out
+
+
+def _check_shapes(tensors: list[PlannedTensor], m: ModelFolder) -> None:
+    """Shapes that follow directly from the config; the engine checks every other one at load."""
+    t, p = m.talker, m.predictor
+    expected = {
+        "talker.codec_embd.weight": (t["vocab_size"], t["hidden_size"]),
+        "talker.text_embd.weight": (t["text_vocab_size"], t["text_hidden_size"]),
+        "talker.codec_head.weight": (t["vocab_size"], t["hidden_size"]),
+        "talker.output_norm.weight": (t["hidden_size"],),
+        "cp.output_norm.weight": (p["hidden_size"],),
+        "spk.fc.weight": (1, m.speaker["enc_dim"], 2 * m.speaker["enc_channels"][-1]),
+    }
+    for prefix, c in (("talker", t), ("cp", p)):
+        h, nh, nkv, hd, ffn = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
+                               c["head_dim"], c["intermediate_size"])
+        for i in range(c["num_hidden_layers"]):
+            b = f"{prefix}.blk.{i}."
+            expected.update({b + "attn_q.weight": (nh * hd, h), b + "attn_k.weight": (nkv * hd, h),
+                             b + "attn_v.weight": (nkv * hd, h), b + "attn_o.weight": (h, nh * hd),
+                             b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,),
+                             b + "ffn_gate.weight": (ffn, h), b + "ffn_up.weight": (ffn, h),
+                             b + "ffn_down.weight": (h, ffn)})
+    for q in range(t["num_code_groups"] - 1):
+        expected[f"cp.head.{q}.weight"] = (p["vocab_size"], p["hidden_size"])
+        expected[f"cp.codec_embd.{q}.weight"] = (p["vocab_size"], p["hidden_size"])
+    present = {pt.name: pt for pt in tensors}
+    for name, shape in expected.items():
+        if name not in present:
+            raise ConversionError(f"the checkpoint lacks the tensor for {name} (an incomplete or different model?)")
+        if tuple(present[name].shape) != tuple(shape):
+            raise ConversionError(f"shape mismatch for {present[name].source.name}: {list(present[name].source.shape)} "
+                                  f"in the checkpoint, but its config.json implies {list(shape)}")
+
+
+# ---- writing --------------------------------------------------------------------------------
+
+def _checksum_update(state: list[int], data: bytes | memoryview, carry: bytearray) -> None:
+    """Feeds bytes to the checksum of native/src/model-loader.h tensor_checksum()."""
+    buf = bytes(carry) + bytes(data)
+    n_words = len(buf) // 8
+    if n_words:
+        words = np.frombuffer(buf, dtype="<u8", count=n_words)
+        index = np.arange(state[1], state[1] + n_words, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            state[0] = (state[0] + int((words * (index * np.uint64(2) + np.uint64(1))).sum(dtype=np.uint64))) % (1 << 64)
+        state[1] += n_words
+    carry[:] = buf[8 * n_words:]
+
+
+def _checksum_final(state: list[int], carry: bytearray) -> int:
+    if carry:
+        word = int.from_bytes(bytes(carry) + bytes(8 - len(carry)), "little")
+        state[0] = (state[0] + word * (2 * state[1] + 1)) % (1 << 64)
+    return state[0]
+
+
+def _blocks(pt: PlannedTensor) -> Iterator[np.ndarray]:
+    """The stored tensor as float32 blocks of whole rows, in storage order."""
+    src = pt.source
+    if pt.kind == "codebook":
+        usage = np.maximum(pt.usage.f32(), CODEBOOK_EPS)
+        yield (src.f32() / usage[:, None]).astype(np.float32)
+    elif pt.kind in ("conv", "tconv") and len(src.shape) == 3:
+        w = src.f32()
+        yield np.ascontiguousarray(w.transpose(2, 0, 1) if pt.kind == "conv" else w.transpose(2, 1, 0))
+    else:
+        rows = src.shape[0] if src.shape else 1
+        row_bytes = 4 * max(1, src.numel // max(rows, 1))
+        step = max(1, ROW_BLOCK_BYTES // row_bytes)
+        for start in range(0, rows, step):
+            yield src.rows_f32(start, min(rows, start + step)) if src.shape else src.f32().reshape(1, 1)
+
+
+def _encode(block: np.ndarray, ggml_type: int) -> np.ndarray:
+    from gguf import GGMLQuantizationType as T
+    if ggml_type == T.F32:
+        return np.ascontiguousarray(block, dtype=np.float32)
+    if ggml_type == T.F16:
+        return block.astype(np.float16)
+    from . import _engine
+    return _engine.quantize(block.reshape(-1, block.shape[-1]), int(ggml_type))
+
+
+def _nbytes(pt: PlannedTensor) -> int:
+    from gguf import GGML_QUANT_SIZES
+    block, type_size = GGML_QUANT_SIZES[pt.ggml_type]
+    return pt.rows * (pt.shape[-1] // block) * type_size
+
+
+ProgressFn = Callable[[int, int, str], bool]
+
+
+def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn | None = None) -> Path:
+    """Converts the model folder `src` to the GGUF file `out` (written atomically).
+
+    `progress(done_bytes, total_bytes, tensor_name)` is called after each tensor; returning
+    False cancels (ConversionCancelled, nothing left behind)."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+
+    if weight_type not in WEIGHT_TYPES:
+        raise ConversionError(f"unknown weight type {weight_type!r}; choose one of {', '.join(WEIGHT_TYPES)}")
+    folder = read_model_folder(Path(src))
+    tensors = plan(folder, weight_type)
+    out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    file_type = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 14}[weight_type]
+    try:
+        writer = gguf.GGUFWriter(str(partial), ARCH, use_temp_file=False)
+        writer.add_name(f"Qwen3-TTS 12Hz {folder.config.get('tts_model_size', '')} Base ({weight_type})")
+        writer.add_file_type(file_type)
+        writer.add_uint32(f"{ARCH}.format_version", FORMAT_VERSION)
+        for key, value in _metadata(folder):
+            _add_kv(writer, key, value)
+        for name, text in folder.tokenizer_files.items():
+            writer.add_string(f"tokenizer.{name.replace('.', '_')}", text)
+        for pt in tensors:
+            nbytes = _nbytes(pt)
+            byte_shape = (*pt.shape[:-1], nbytes // pt.rows) if pt.ggml_type not in (T.F32, T.F16) else pt.shape
+            dtype = np.uint8 if pt.ggml_type not in (T.F32, T.F16) else (np.float32 if pt.ggml_type == T.F32 else np.float16)
+            writer.add_tensor_info(pt.name, byte_shape, np.dtype(dtype), nbytes,
+                                   raw_dtype=T(pt.ggml_type) if dtype is np.uint8 else None)
+        writer.add_tensor_info(CHECKSUM_TENSOR, (2 * len(tensors),), np.dtype(np.int32), 8 * len(tensors))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        fout = writer.fout[0]
+        total = sum(_nbytes(pt) for pt in tensors)
+        done = 0
+        checksums = []
+        for pt in tensors:
+            writer.write_padding(fout, fout.tell())
+            state, carry = [0, 0], bytearray()
+            written = 0
+            for block in _blocks(pt):
+                data = _encode(block, pt.ggml_type)
+                mv = memoryview(np.ascontiguousarray(data)).cast("B")
+                fout.write(mv)
+                _checksum_update(state, mv, carry)
+                written += len(mv)
+            if written != _nbytes(pt):
+                raise ConversionError(f"internal error: {pt.name} wrote {written} bytes, planned {_nbytes(pt)}")
+            writer.write_padding(fout, written)
+            checksums.append(_checksum_final(state, carry))
+            done += written
+            if progress and progress(done, total, pt.name) is False:
+                raise ConversionCancelled("conversion cancelled")
+        writer.write_padding(fout, fout.tell())
+        fout.write(np.array(checksums, dtype="<u8").view("<i4").tobytes())
+        writer.write_padding(fout, 8 * len(tensors))
+        fout.flush()
+        os.fsync(fout.fileno())
+        writer.close()
+        os.replace(partial, out)
+    except BaseException:
+        try:
+            partial.unlink()
+        except OSError:
+            pass
+        raise
+    return out
+
+
+def _add_kv(writer, key: str, value: object) -> None:
+    import gguf
+    if isinstance(value, bool):
+        writer.add_bool(key, value)
+    elif isinstance(value, int):
+        writer.add_uint32(key, value)
+    elif isinstance(value, float):
+        writer.add_float32(key, value)
+    elif isinstance(value, str):
+        writer.add_string(key, value)
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        writer.add_array(key, value)
+    elif isinstance(value, list):
+        writer.add_key_value(key, [int(v) for v in value], gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT32)
+    else:
+        raise TypeError(f"metadata {key}: unsupported value {value!r}")
+
+
+def print_progress(stream=sys.stderr) -> ProgressFn:
+    """A progress callback: one line redrawn at most 5 times a second on a terminal, a line
+    per 10 % otherwise."""
+    start = time.monotonic()
+    state = {"shown": -1.0, "decile": -1}
+    interactive = stream.isatty()
+
+    def report(done: int, total: int, name: str) -> bool:
+        now = time.monotonic()
+        pct = 100.0 * done / max(total, 1)
+        finished = done >= total
+        line = f"  {pct:5.1f}%  {done / 2**20:8.1f} / {total / 2**20:.1f} MiB  {now - start:6.1f} s"
+        if interactive and (finished or now - state["shown"] >= 0.2):
+            stream.write(f"\r{line}  {name[:40]:<40}" + ("\n" if finished else ""))
+            state["shown"] = now
+        elif not interactive and (finished or int(pct // 10) > state["decile"]):
+            stream.write(line + "\n")
+            state["decile"] = int(pct // 10)
+        stream.flush()
+        return True
+    return report

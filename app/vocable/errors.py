@@ -1,0 +1,17 @@
+"""Exceptions with messages meant for the user: each says what is wrong and what to do."""
+
+
+class VocableError(Exception):
+    """Base of every error Vocable reports to the user."""
+
+
+class AudioError(VocableError):
+    """An audio file or buffer cannot be used (missing, empty, corrupt, unsupported, bad samples)."""
+
+
+class VoiceError(VocableError):
+    """A voice file is missing, corrupt, or not a Vocable voice."""
+
+
+class ModelError(VocableError):
+    """A model file is missing, truncated, corrupt, or of the wrong kind."""
