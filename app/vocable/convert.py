@@ -379,7 +379,7 @@ def _check_shapes(tensors: list[PlannedTensor], m: ModelFolder) -> None:
                              b + "ffn_down.weight": (h, ffn)})
     for q in range(t["num_code_groups"] - 1):
         expected[f"cp.head.{q}.weight"] = (p["vocab_size"], p["hidden_size"])
-        expected[f"cp.codec_embd.{q}.weight"] = (p["vocab_size"], p["hidden_size"])
+        expected[f"cp.codec_embd.{q}.weight"] = (p["vocab_size"], t["hidden_size"])  # embeds in talker space
     present = {pt.name: pt for pt in tensors}
     for name, shape in expected.items():
         if name not in present:

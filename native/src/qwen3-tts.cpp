@@ -54,15 +54,15 @@ qt_status guarded(F && body) {
         return QT_STATUS_OK;
     } catch (const qt::error & e) {
         qt::set_last_error(e.what());
-        QT_LOG_ERROR("%s", e.what());
+        QT_LOG_DEBUG("%s", e.what());
         return e.status;
     } catch (const std::bad_alloc &) {
         qt::set_last_error("out of memory");
-        QT_LOG_ERROR("out of memory");
+        QT_LOG_DEBUG("out of memory");
         return QT_STATUS_OUT_OF_MEMORY;
     } catch (const std::exception & e) {
         qt::set_last_error(e.what());
-        QT_LOG_ERROR("%s", e.what());
+        QT_LOG_DEBUG("%s", e.what());
         return QT_STATUS_FAILED;
     }
 }

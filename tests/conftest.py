@@ -1,0 +1,59 @@
+"""Shared test fixtures: the committed tiny reference models and their converted GGUFs."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+VARIANTS = ("0.6b", "1.7b")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fixture_dir(variant: str) -> Path:
+    return FIXTURES / f"tiny-{variant}"
+
+
+def reference(variant: str, name: str) -> np.ndarray:
+    return np.load(fixture_dir(variant) / "reference" / f"{name}.npy")
+
+
+def manifest(variant: str) -> dict:
+    return json.loads((fixture_dir(variant) / "reference" / "manifest.json").read_text())
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64).ravel()
+    b = np.asarray(b, dtype=np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory):
+    """converted(variant, weight_type) -> path of the tiny fixture model as GGUF (cached)."""
+    from vocable.convert import convert
+
+    cache: dict[tuple[str, str], Path] = {}
+
+    def get(variant: str = "0.6b", weight_type: str = "f32") -> Path:
+        key = (variant, weight_type)
+        if key not in cache:
+            out = tmp_path_factory.mktemp(f"model-{variant}-{weight_type}") / "model.gguf"
+            cache[key] = convert(fixture_dir(variant) / "model", out, weight_type)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture
+def cli_env(tmp_path):
+    """Environment for running `python -m vocable` in a subprocess."""
+    env = dict(os.environ)
+    env["HOME"] = str(tmp_path / "home")
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    return env

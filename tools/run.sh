@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Sets up .venv and runs Vocable. Until the desktop app lands this is the command-line flow on
+# the bundled tiny test model: convert it, then clone the voice of the bundled reference clip.
+# With arguments, runs `vocable ARGS...` instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup-venv.sh
+vocable="${VOCABLE_VENV:-.venv}/bin/vocable"
+if [ "$#" -gt 0 ]; then
+    exec "$vocable" "$@"
+fi
+out="${TMPDIR:-/tmp}/vocable-demo"
+mkdir -p "$out"
+"$vocable" convert tests/fixtures/tiny-0.6b/model "$out/tiny-q8_0.gguf" --type q8_0
+"$vocable" -v embed --model "$out/tiny-q8_0.gguf" --ref tests/fixtures/tiny-0.6b/reference/ref_24k.wav \
+    --ref-text "Okay. Yeah. I resent you. I love you. I respect you." --out "$out/demo.voice"
+echo "voice written to $out/demo.voice"
