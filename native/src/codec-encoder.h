@@ -1,11 +1,12 @@
 // 12 Hz codec encoder: the Mimi encoder of the speech tokenizer (SEANet convolutions, a
-// sliding-window transformer at 25 Hz, a stride-2 downsample to 12.5 Hz) and the split
-// residual vector quantizer, of which the first `valid_quantizers` codebooks are kept.
+// causal transformer at 25 Hz, a stride-2 downsample to 12.5 Hz) and the split residual
+// vector quantizer, of which the first `valid_quantizers` codebooks are kept.
 #pragma once
 
 #include "graph.h"
 #include "model-loader.h"
 
+#include <string>
 #include <vector>
 
 namespace qt {
@@ -29,12 +30,14 @@ struct codec_encoder_hparams {
     int ffn = 0;
     float norm_eps = 0.0f;
     float rope_theta = 0.0f;
-    int sliding_window = 0;
+    int sliding_window = 0;  // in the config, but unused by transformers' encoder (full causal)
     int codebook_size = 0;
     int codebook_dim = 0;
     int semantic_quantizers = 0;
     int valid_quantizers = 0;
-    pad_mode pad = pad_mode::zeros;
+    pad_mode pad = pad_mode::zeros;  // SEANet convolutions; the downsample always replicates
+    int downsample_kernel = 0;
+    int downsample_stride = 2;
 };
 
 class codec_encoder {
@@ -49,7 +52,65 @@ public:
                                 int64_t n_samples, int64_t * n_frames) const;
 
 private:
-    codec_encoder_hparams hp_;
+    // A causal convolution (MimiConv1d). `unfolded` is the weight rearranged to
+    // (K * C_in, C_out), row c + k * C_in = tap k of input channel c, so that a dilation-1
+    // convolution is one matrix product with an overlapping view of its padded input.
+    struct conv {
+        ggml_tensor * w = nullptr;         // (C_in, C_out, K) as loaded
+        ggml_tensor * b = nullptr;         // (C_out) or null
+        ggml_tensor * unfolded = nullptr;  // (K * C_in, C_out) when dilation == 1
+        int           kernel = 0;
+        int           stride = 1;
+        int           dilation = 1;
+        pad_mode      pad = pad_mode::zeros;
+    };
+    struct res_block {
+        conv c1;  // ELU -> conv residual_kernel_size, dim -> dim / compress, dilated
+        conv c2;  // ELU -> conv 1x1 back to dim
+    };
+    struct seanet_stage {
+        std::vector<res_block> res;
+        conv                   down;  // ELU -> conv k = 2 * ratio, stride ratio
+    };
+    struct layer {
+        ggml_tensor * attn_norm_w = nullptr;
+        ggml_tensor * attn_norm_b = nullptr;
+        ggml_tensor * q = nullptr;
+        ggml_tensor * k = nullptr;
+        ggml_tensor * v = nullptr;
+        ggml_tensor * o = nullptr;
+        ggml_tensor * attn_scale = nullptr;
+        ggml_tensor * ffn_norm_w = nullptr;
+        ggml_tensor * ffn_norm_b = nullptr;
+        ggml_tensor * up = nullptr;
+        ggml_tensor * down = nullptr;
+        ggml_tensor * ffn_scale = nullptr;
+    };
+    struct rvq {
+        ggml_tensor *              in_proj = nullptr;  // (hidden, codebook_dim), null = identity
+        std::vector<ggml_tensor *> codebooks;          // (codebook_dim, codebook_size)
+        std::vector<ggml_tensor *> norms;              // (codebook_size): squared entry norms
+    };
+
+    conv load_conv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride,
+                   int dilation, pad_mode pad, bool bias);
+    void prepare_derived(model_loader & ml);
+    ggml_tensor * conv_forward(ggml_context * ctx, ggml_tensor * x, const conv & c, bool elu = false,
+                               ggml_tensor * residual = nullptr) const;
+    ggml_tensor * transformer_layer(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pos, const layer & l) const;
+    std::vector<ggml_tensor *> quantize(ggml_context * ctx, ggml_tensor * latent, const rvq & q, int n_books) const;
+
+    codec_encoder_hparams     hp_;
+    conv                      first_;
+    std::vector<seanet_stage> stages_;
+    conv                      last_;
+    std::vector<layer>        layers_;
+    conv                      downsample_;
+    rvq                       semantic_;
+    rvq                       acoustic_;
+    // Weights derived at load time (unfolded convolutions, codebook norms), owned here.
+    ggml_context_ptr          derived_ctx_;
+    ggml_backend_buffer_ptr   derived_buf_;
 };
 
 } // namespace qt

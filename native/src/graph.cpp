@@ -211,6 +211,22 @@ ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_
     return y;
 }
 
+ggml_tensor * sliding_windows(ggml_context * ctx, ggml_tensor * x, int64_t k, int64_t stride) {
+    GGML_ASSERT(ggml_is_contiguous(x) && x->ne[2] == 1 && x->ne[3] == 1);
+    GGML_ASSERT(k >= 1 && stride >= 1 && x->ne[1] >= k);
+    const int64_t n = (x->ne[1] - k) / stride + 1;
+    // ggml_view_* checks a view's size as if it were contiguous, which an overlapping view is
+    // not, so take a plain view of x and give it the overlapping strides afterwards; its true
+    // extent, k * C + (n - 1) * stride * C elements, stays inside x.
+    ggml_tensor * v = ggml_view_2d(ctx, x, x->ne[0], x->ne[1], x->nb[1], 0);
+    v->ne[0] = k * x->ne[0];
+    v->ne[1] = n;
+    v->nb[1] = size_t(stride) * x->nb[1];
+    v->nb[2] = v->nb[1] * size_t(n);
+    v->nb[3] = v->nb[2];
+    return v;
+}
+
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) {
     ggml_tensor * y = ggml_mul_mat(ctx, w, x);
     return b ? ggml_add(ctx, y, b) : y;

@@ -105,6 +105,12 @@ ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int left, int right,
 ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
                      int dilation);
 
+// Sliding windows of `k` consecutive frames of x = (C, T), hop `stride`, as a strided view
+// (k * C, (T - k) / stride + 1) that overlaps itself instead of copying (im2col without the
+// buffer): column t is frames t * stride .. t * stride + k - 1, channels innermost. x must be
+// contiguous. Only ops that honour strides may read it (ggml_mul_mat as src1, ggml_cont).
+ggml_tensor * sliding_windows(ggml_context * ctx, ggml_tensor * x, int64_t k, int64_t stride);
+
 // y = W x (+ b) for x = (C_in, T) and W = (C_in, C_out).
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b = nullptr);
 

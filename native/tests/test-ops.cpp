@@ -81,6 +81,45 @@ void test_conv(const qt::cpu_backend & backend, int stride, int dilation) {
     expect_close(name, run.read_f32(y), want, 1e-4f);
 }
 
+// A convolution as one product of the unfolded weight (K * C_in, C_out) with the overlapping
+// window view of x, through ggml_mul_mat and through ggml_cont of the view.
+void test_sliding_windows(const qt::cpu_backend & backend, int stride) {
+    std::mt19937 rng(99 + stride);
+    const int64_t T = 41, c_in = 3, c_out = 4, K = 5;
+    auto x = random_vector(size_t(T * c_in), rng);
+    auto w = random_vector(size_t(K * c_out * c_in), rng);
+    int64_t t_out = 0;
+    auto want = naive_conv(x, T, c_in, w, c_out, K, stride, 1, &t_out);
+    std::vector<float> unfolded(w.size());  // [C_out][K][C_in]
+    for (int64_t k = 0; k < K; ++k) {
+        for (int64_t o = 0; o < c_out; ++o) {
+            for (int64_t i = 0; i < c_in; ++i) {
+                unfolded[size_t((o * K + k) * c_in + i)] = w[size_t((k * c_out + o) * c_in + i)];
+            }
+        }
+    }
+    qt::stage_dumper no_dump;
+    qt::graph_run run(backend, no_dump, 64);
+    ggml_tensor * gx = run.input_f32("x", x.data(), { c_in, T });
+    ggml_tensor * gw = run.input_f32("w", unfolded.data(), { K * c_in, c_out });
+    ggml_tensor * windows = qt::sliding_windows(run.ctx(), gx, K, stride);
+    ggml_tensor * y = ggml_mul_mat(run.ctx(), gw, windows);
+    ggml_tensor * y2 = ggml_mul_mat(run.ctx(), gw, ggml_cont(run.ctx(), windows));
+    ggml_tensor * both = ggml_concat(run.ctx(), y, y2, 1);
+    run.compute(both);
+    char name[64];
+    snprintf(name, sizeof(name), "sliding_windows stride %d", stride);
+    if (windows->ne[0] != K * c_in || windows->ne[1] != t_out) {
+        fprintf(stderr, "%s: view is %lld x %lld, expected %lld x %lld\n", name, (long long) windows->ne[0],
+                (long long) windows->ne[1], (long long) (K * c_in), (long long) t_out);
+        ++failures;
+        return;
+    }
+    std::vector<float> want2 = want;
+    want2.insert(want2.end(), want.begin(), want.end());
+    expect_close(name, run.read_f32(both), want2, 1e-4f);
+}
+
 void test_pad(const qt::cpu_backend & backend, qt::pad_mode mode, const char * name) {
     const int64_t T = 5, C = 2;
     std::vector<float> x(size_t(T * C));
@@ -142,6 +181,8 @@ int main() {
         test_conv(backend, 1, 3);
         test_conv(backend, 2, 1);
         test_conv(backend, 3, 2);
+        test_sliding_windows(backend, 1);
+        test_sliding_windows(backend, 3);
         test_pad(backend, qt::pad_mode::zeros, "pad zeros");
         test_pad(backend, qt::pad_mode::reflect, "pad reflect");
         test_pad(backend, qt::pad_mode::replicate, "pad replicate");
