@@ -49,10 +49,14 @@ def test_metadata_and_f32_layout(converted, variant):
     want = st[prefix + "embedding_sum"] / np.maximum(st[prefix + "cluster_usage"], 1e-5)[:, None]
     got = np.asarray(tensors["cdec.rvq_first.codebook.0"].data).reshape(want.shape)
     np.testing.assert_allclose(got, want, rtol=1e-6)
-    # conv weights are stored tap-major: torch [C_out, C_in, K] -> numpy [K, C_out, C_in]
+    # conv weights are stored [C_out, K, C_in] (torch Conv1d is [C_out, C_in, K])
     w = load_file(str(fixture_dir(variant) / "model" / "model.safetensors"))["speaker_encoder.blocks.0.conv.weight"]
-    got = np.asarray(tensors["spk.blk.0.conv.weight"].data).reshape(w.shape[2], w.shape[0], w.shape[1])
-    np.testing.assert_array_equal(got, w.transpose(2, 0, 1))
+    got = np.asarray(tensors["spk.blk.0.conv.weight"].data).reshape(w.shape[0], w.shape[2], w.shape[1])
+    np.testing.assert_array_equal(got, w.transpose(0, 2, 1))
+    # and transposed convs too (torch ConvTranspose1d is [C_in, C_out, K])
+    t = st["decoder.upsample.0.0.conv.weight"]
+    got = np.asarray(tensors["cdec.up.0.tconv.weight"].data).reshape(t.shape[1], t.shape[2], t.shape[0])
+    np.testing.assert_array_equal(got, t.transpose(1, 2, 0))
 
 
 @pytest.mark.parametrize("weight_type,matrix_types", [

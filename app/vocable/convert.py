@@ -295,11 +295,15 @@ class PlannedTensor:
         return int(np.prod(self.shape[:-1], dtype=np.int64)) if len(self.shape) > 1 else 1
 
 
+# Convolution weights are stored [C_out, K, C_in] (ggml ne = (C_in, K, C_out)): reshaped to
+# (K * C_in, C_out) they multiply sliding windows of the input, and tap k is a strided matrix.
+_CONV_AXES = {"conv": (0, 2, 1),    # torch Conv1d [C_out, C_in, K]
+              "tconv": (1, 2, 0)}   # torch ConvTranspose1d [C_in, C_out, K]
+
+
 def _stored_shape(kind: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    if kind == "conv":      # torch [C_out, C_in, K] -> [K, C_out, C_in]
-        return (shape[2], shape[0], shape[1]) if len(shape) == 3 else shape
-    if kind == "tconv":     # torch [C_in, C_out, K] -> [K, C_out, C_in]
-        return (shape[2], shape[1], shape[0]) if len(shape) == 3 else shape
+    if kind in _CONV_AXES and len(shape) == 3:
+        return tuple(shape[a] for a in _CONV_AXES[kind])
     return shape
 
 
@@ -365,7 +369,7 @@ def _check_shapes(tensors: list[PlannedTensor], m: ModelFolder) -> None:
         "talker.codec_head.weight": (t["vocab_size"], t["hidden_size"]),
         "talker.output_norm.weight": (t["hidden_size"],),
         "cp.output_norm.weight": (p["hidden_size"],),
-        "spk.fc.weight": (1, m.speaker["enc_dim"], 2 * m.speaker["enc_channels"][-1]),
+        "spk.fc.weight": (m.speaker["enc_dim"], 1, 2 * m.speaker["enc_channels"][-1]),
     }
     for prefix, c in (("talker", t), ("cp", p)):
         h, nh, nkv, hd, ffn = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
@@ -417,9 +421,8 @@ def _blocks(pt: PlannedTensor) -> Iterator[np.ndarray]:
     if pt.kind == "codebook":
         usage = np.maximum(pt.usage.f32(), CODEBOOK_EPS)
         yield (src.f32() / usage[:, None]).astype(np.float32)
-    elif pt.kind in ("conv", "tconv") and len(src.shape) == 3:
-        w = src.f32()
-        yield np.ascontiguousarray(w.transpose(2, 0, 1) if pt.kind == "conv" else w.transpose(2, 1, 0))
+    elif pt.kind in _CONV_AXES and len(src.shape) == 3:
+        yield np.ascontiguousarray(src.f32().transpose(_CONV_AXES[pt.kind]))
     else:
         rows = src.shape[0] if src.shape else 1
         row_bytes = 4 * max(1, src.numel // max(rows, 1))

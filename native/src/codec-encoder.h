@@ -52,13 +52,10 @@ public:
                                 int64_t n_samples, int64_t * n_frames) const;
 
 private:
-    // A causal convolution (MimiConv1d). `unfolded` is the weight rearranged to
-    // (K * C_in, C_out), row c + k * C_in = tap k of input channel c, so that a dilation-1
-    // convolution is one matrix product with an overlapping view of its padded input.
+    // A causal convolution (MimiConv1d).
     struct conv {
-        ggml_tensor * w = nullptr;         // (C_in, C_out, K) as loaded
-        ggml_tensor * b = nullptr;         // (C_out) or null
-        ggml_tensor * unfolded = nullptr;  // (K * C_in, C_out) when dilation == 1
+        ggml_tensor * w = nullptr;  // (C_in, K, C_out)
+        ggml_tensor * b = nullptr;  // (C_out) or null
         int           kernel = 0;
         int           stride = 1;
         int           dilation = 1;
@@ -94,7 +91,7 @@ private:
 
     conv load_conv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride,
                    int dilation, pad_mode pad, bool bias);
-    void prepare_derived(model_loader & ml);
+    void prepare_codebook_norms(model_loader & ml);
     ggml_tensor * conv_forward(ggml_context * ctx, ggml_tensor * x, const conv & c, bool elu = false,
                                ggml_tensor * residual = nullptr) const;
     ggml_tensor * transformer_layer(ggml_context * ctx, ggml_tensor * x, ggml_tensor * pos, const layer & l) const;
@@ -108,7 +105,7 @@ private:
     conv                      downsample_;
     rvq                       semantic_;
     rvq                       acoustic_;
-    // Weights derived at load time (unfolded convolutions, codebook norms), owned here.
+    // Squared codebook norms, derived at load time and owned here.
     ggml_context_ptr          derived_ctx_;
     ggml_backend_buffer_ptr   derived_buf_;
 };

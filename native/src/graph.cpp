@@ -1,5 +1,6 @@
 #include "graph.h"
 
+#include "cpu-ops.h"
 #include "log.h"
 #include "npy.h"
 
@@ -188,25 +189,32 @@ ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int left, int right,
 }
 
 ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
-                     int dilation) {
+                     int dilation, ggml_tensor * residual) {
     const int64_t c_in = w->ne[0];
-    const int64_t c_out = w->ne[1];
-    const int64_t K = w->ne[2];
+    const int64_t K = w->ne[1];
+    const int64_t c_out = w->ne[2];
     GGML_ASSERT(x->ne[0] == c_in);
     const int64_t span = dilation * (K - 1) + 1;
     GGML_ASSERT(x->ne[1] >= span);
     const int64_t t_out = (x->ne[1] - span) / stride + 1;
 
-    ggml_tensor * y = nullptr;
+    if (K == 1) {
+        ggml_tensor * xs = stride == 1 ? x : ggml_view_2d(ctx, x, c_in, t_out, size_t(stride) * x->nb[1], 0);
+        return dense(ctx, ggml_reshape_2d(ctx, w, c_in, c_out), xs, b, residual, true);
+    }
+    if (dilation == 1) {
+        if (!ggml_is_contiguous(x)) {
+            x = ggml_cont(ctx, x);
+        }
+        return dense(ctx, ggml_reshape_2d(ctx, w, c_in * K, c_out), sliding_windows(ctx, x, K, stride), b, residual,
+                     true);
+    }
+    ggml_tensor * y = residual;
     for (int64_t k = 0; k < K; ++k) {
-        ggml_tensor * w_k = ggml_view_2d(ctx, w, c_in, c_out, w->nb[1], size_t(k) * w->nb[2]);
+        ggml_tensor * w_k = ggml_view_2d(ctx, w, c_in, c_out, w->nb[2], size_t(k) * w->nb[1]);
         ggml_tensor * x_k = ggml_view_2d(ctx, x, c_in, t_out, size_t(stride) * x->nb[1],
                                          size_t(k * dilation) * x->nb[1]);
-        ggml_tensor * p = ggml_mul_mat(ctx, w_k, x_k);
-        y = y ? ggml_add(ctx, y, p) : p;
-    }
-    if (b) {
-        y = ggml_add(ctx, y, b);
+        y = dense(ctx, w_k, x_k, k == 0 ? b : nullptr, y, true);
     }
     return y;
 }
@@ -228,8 +236,7 @@ ggml_tensor * sliding_windows(ggml_context * ctx, ggml_tensor * x, int64_t k, in
 }
 
 ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) {
-    ggml_tensor * y = ggml_mul_mat(ctx, w, x);
-    return b ? ggml_add(ctx, y, b) : y;
+    return dense(ctx, w, x, b);
 }
 
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, float eps) {

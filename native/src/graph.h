@@ -91,19 +91,22 @@ private:
 // ---- building blocks -------------------------------------------------------------------------
 // Every activation is channels-innermost, ne = (C, T) (numpy [T, C]), for convolutions and
 // transformers alike, so no stage transposes. Convolution weights are stored by the converter
-// as ne = (C_in, C_out, K): tap k is the contiguous matrix w[:, :, k].
+// as ne = (C_in, K, C_out) (torch [C_out, K, C_in]): reshaped to (K * C_in, C_out) they are the
+// matrix of a convolution over sliding windows, and tap k is the row-strided matrix
+// w[:, k, :]. f32 products go through cpu-ops.h's fused GEMM.
 
 enum class pad_mode { zeros, reflect, replicate };
 
 // Pads the time axis (ne[1]) of x = (C, T) by `left` and `right` frames.
 ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int left, int right, pad_mode mode);
 
-// Unpadded 1-D convolution as a sum over taps of matrix products with strided views of x:
-// no im2col buffer (K times the input) and no f16 rounding of the input as in ggml_conv_1d.
-// x = (C_in, T), w = (C_in, C_out, K) -> (C_out, (T - dilation (K - 1) - 1) / stride + 1);
-// adds b (C_out) when given.
+// Unpadded 1-D convolution: one matrix product over sliding windows of x (dilation 1), or one
+// per tap accumulated in place (dilated); no im2col buffer and no f16 rounding of the input
+// as in ggml_conv_1d. x = (C_in, T), w = (C_in, K, C_out) -> (C_out, (T - dilation (K - 1) - 1)
+// / stride + 1). Adds b (C_out) and `residual` (C_out, T_out) when given; the residual's memory
+// becomes the output's, so it must have no other later use.
 ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
-                     int dilation);
+                     int dilation, ggml_tensor * residual = nullptr);
 
 // Sliding windows of `k` consecutive frames of x = (C, T), hop `stride`, as a strided view
 // (k * C, (T - k) / stride + 1) that overlaps itself instead of copying (im2col without the

@@ -52,7 +52,7 @@ void speaker_encoder::load(model_loader & ml) {
     const auto & ch = hp_.channels;
     auto load_conv = [&](const std::string & name, int64_t c_in, int64_t c_out, int64_t k, int dilation) {
         conv c;
-        c.w = ml.require(name + ".weight", { c_in, c_out, k });
+        c.w = ml.require(name + ".weight", { c_in, k, c_out });
         c.b = ml.require(name + ".bias", { c_out });
         c.dilation = dilation;
         return c;
@@ -90,7 +90,7 @@ void speaker_encoder::load(model_loader & ml) {
 
 // Conv1d with "same" reflect padding, then ReLU.
 ggml_tensor * speaker_encoder::tdnn(ggml_context * ctx, ggml_tensor * x, const conv & c) const {
-    const int total = c.dilation * int(c.w->ne[2] - 1);
+    const int total = c.dilation * int(c.w->ne[1] - 1);
     x = pad_time(ctx, x, total / 2, total - total / 2, pad_mode::reflect);
     return ggml_relu(ctx, conv1d(ctx, x, c.w, c.b, 1, c.dilation));
 }

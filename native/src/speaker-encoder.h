@@ -33,7 +33,7 @@ public:
 
 private:
     struct conv {
-        ggml_tensor * w = nullptr;  // (C_in, C_out, K)
+        ggml_tensor * w = nullptr;  // (C_in, K, C_out)
         ggml_tensor * b = nullptr;
         int           dilation = 1;
     };

@@ -38,7 +38,7 @@ std::vector<float> random_vector(size_t n, std::mt19937 & rng) {
     return v;
 }
 
-// x: [T][C] (channels innermost), w: [K][C_out][C_in]; returns [T_out][C_out]
+// x: [T][C] (channels innermost), w: [C_out][K][C_in]; returns [T_out][C_out]
 std::vector<float> naive_conv(const std::vector<float> & x, int64_t T, int64_t c_in, const std::vector<float> & w,
                               int64_t c_out, int64_t K, int stride, int dilation, int64_t * t_out) {
     *t_out = (T - dilation * (K - 1) - 1) / stride + 1;
@@ -48,7 +48,7 @@ std::vector<float> naive_conv(const std::vector<float> & x, int64_t T, int64_t c
             double acc = 0.0;
             for (int64_t k = 0; k < K; ++k) {
                 for (int64_t i = 0; i < c_in; ++i) {
-                    acc += double(w[size_t((k * c_out + o) * c_in + i)]) * x[size_t((t * stride + k * dilation) * c_in + i)];
+                    acc += double(w[size_t((o * K + k) * c_in + i)]) * x[size_t((t * stride + k * dilation) * c_in + i)];
                 }
             }
             y[size_t(t * c_out + o)] = float(acc);
@@ -57,32 +57,45 @@ std::vector<float> naive_conv(const std::vector<float> & x, int64_t T, int64_t c
     return y;
 }
 
-void test_conv(const qt::cpu_backend & backend, int stride, int dilation) {
-    std::mt19937 rng(42 + stride * 7 + dilation);
-    const int64_t T = 37, c_in = 6, c_out = 5, K = 4;
+// Every path of conv1d: one tap, sliding windows (dilation 1), per-tap sums (dilated), with and
+// without bias and residual.
+void test_conv(const qt::cpu_backend & backend, int64_t K, int stride, int dilation, bool bias_and_residual) {
+    std::mt19937 rng(42 + K * 13 + stride * 7 + dilation);
+    const int64_t T = 37, c_in = 6, c_out = 21;
     auto x = random_vector(size_t(T * c_in), rng);
     auto w = random_vector(size_t(K * c_out * c_in), rng);
+    auto b = random_vector(size_t(c_out), rng);
     int64_t t_out = 0;
     auto want = naive_conv(x, T, c_in, w, c_out, K, stride, dilation, &t_out);
+    auto r = random_vector(want.size(), rng);
+    if (bias_and_residual) {
+        for (size_t i = 0; i < want.size(); ++i) {
+            want[i] += b[i % size_t(c_out)] + r[i];
+        }
+    }
 
     qt::stage_dumper no_dump;
     qt::graph_run run(backend, no_dump, 256);
     ggml_tensor * gx = run.input_f32("x", x.data(), { c_in, T });
-    ggml_tensor * gw = run.input_f32("w", w.data(), { c_in, c_out, K });
-    ggml_tensor * y = qt::conv1d(run.ctx(), gx, gw, nullptr, stride, dilation);
+    ggml_tensor * gw = run.input_f32("w", w.data(), { c_in, K, c_out });
+    ggml_tensor * gb = bias_and_residual ? run.input_f32("b", b.data(), { c_out }) : nullptr;
+    ggml_tensor * gr = bias_and_residual ? run.input_f32("r", r.data(), { c_out, t_out }) : nullptr;
+    ggml_tensor * y = qt::conv1d(run.ctx(), gx, gw, gb, stride, dilation, gr);
     run.compute(y);
-    char name[64];
-    snprintf(name, sizeof(name), "conv1d stride %d dilation %d", stride, dilation);
-    if (y->ne[1] != t_out) {
-        fprintf(stderr, "%s: %lld output frames, expected %lld\n", name, (long long) y->ne[1], (long long) t_out);
+    char name[96];
+    snprintf(name, sizeof(name), "conv1d K %lld stride %d dilation %d%s", (long long) K, stride, dilation,
+             bias_and_residual ? " + bias + residual" : "");
+    if (y->ne[0] != c_out || y->ne[1] != t_out) {
+        fprintf(stderr, "%s: output %lld x %lld, expected %lld x %lld\n", name, (long long) y->ne[0],
+                (long long) y->ne[1], (long long) c_out, (long long) t_out);
         ++failures;
         return;
     }
     expect_close(name, run.read_f32(y), want, 1e-4f);
 }
 
-// A convolution as one product of the unfolded weight (K * C_in, C_out) with the overlapping
-// window view of x, through ggml_mul_mat and through ggml_cont of the view.
+// The overlapping window view through ggml_mul_mat and through ggml_cont of the view: the
+// weight [C_out][K][C_in] is the matrix (K * C_in, C_out) of a convolution over the windows.
 void test_sliding_windows(const qt::cpu_backend & backend, int stride) {
     std::mt19937 rng(99 + stride);
     const int64_t T = 41, c_in = 3, c_out = 4, K = 5;
@@ -90,18 +103,10 @@ void test_sliding_windows(const qt::cpu_backend & backend, int stride) {
     auto w = random_vector(size_t(K * c_out * c_in), rng);
     int64_t t_out = 0;
     auto want = naive_conv(x, T, c_in, w, c_out, K, stride, 1, &t_out);
-    std::vector<float> unfolded(w.size());  // [C_out][K][C_in]
-    for (int64_t k = 0; k < K; ++k) {
-        for (int64_t o = 0; o < c_out; ++o) {
-            for (int64_t i = 0; i < c_in; ++i) {
-                unfolded[size_t((o * K + k) * c_in + i)] = w[size_t((k * c_out + o) * c_in + i)];
-            }
-        }
-    }
     qt::stage_dumper no_dump;
     qt::graph_run run(backend, no_dump, 64);
     ggml_tensor * gx = run.input_f32("x", x.data(), { c_in, T });
-    ggml_tensor * gw = run.input_f32("w", unfolded.data(), { K * c_in, c_out });
+    ggml_tensor * gw = run.input_f32("w", w.data(), { K * c_in, c_out });
     ggml_tensor * windows = qt::sliding_windows(run.ctx(), gx, K, stride);
     ggml_tensor * y = ggml_mul_mat(run.ctx(), gw, windows);
     ggml_tensor * y2 = ggml_mul_mat(run.ctx(), gw, ggml_cont(run.ctx(), windows));
@@ -177,10 +182,14 @@ void test_layer_norm(const qt::cpu_backend & backend) {
 int main() {
     try {
         qt::cpu_backend backend(2);
-        test_conv(backend, 1, 1);
-        test_conv(backend, 1, 3);
-        test_conv(backend, 2, 1);
-        test_conv(backend, 3, 2);
+        for (bool extras : { false, true }) {
+            test_conv(backend, 1, 1, 1, extras);
+            test_conv(backend, 1, 2, 1, extras);
+            test_conv(backend, 4, 1, 1, extras);
+            test_conv(backend, 4, 3, 1, extras);
+            test_conv(backend, 3, 1, 3, extras);
+            test_conv(backend, 4, 2, 2, extras);
+        }
         test_sliding_windows(backend, 1);
         test_sliding_windows(backend, 3);
         test_pad(backend, qt::pad_mode::zeros, "pad zeros");

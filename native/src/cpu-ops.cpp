@@ -1,0 +1,262 @@
+#include "cpu-ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#    include <immintrin.h>
+#    define QT_X86  1
+#    define QT_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+namespace qt {
+
+namespace {
+
+bool use_avx2() {
+#ifdef QT_X86
+    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return ok;
+#else
+    return false;
+#endif
+}
+
+// Row range [first, last) of n rows for thread ith of nth.
+void split_rows(int64_t n, int ith, int nth, int64_t * first, int64_t * last) {
+    *first = n * ith / nth;
+    *last = n * (ith + 1) / nth;
+}
+
+#ifdef QT_X86
+
+constexpr int k_mr = 6;    // output frames per register tile
+constexpr int k_nr = 16;   // output channels per register tile (two 8-float vectors)
+constexpr int k_kc = 256;  // depth of a packed weight panel (16 KiB)
+constexpr int k_tc = 96;   // output frames per work item (its tiles stay in L1)
+
+// y[i][0..nv) += x[i] . wp over kc for MR frames; x rows at stride ldx, wp packed [kc][16].
+template <int MR>
+QT_AVX2 inline void gemm_tile(int kc, const float * x, size_t ldx, const float * wp, float * y, size_t ldy, int nv) {
+    __m256 c0[MR], c1[MR];
+#    pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+        c0[i] = _mm256_setzero_ps();
+        c1[i] = _mm256_setzero_ps();
+    }
+    for (int k = 0; k < kc; ++k) {
+        const __m256 w0 = _mm256_load_ps(wp + k * k_nr);
+        const __m256 w1 = _mm256_load_ps(wp + k * k_nr + 8);
+#    pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            const __m256 xb = _mm256_broadcast_ss(x + i * ldx + k);
+            c0[i] = _mm256_fmadd_ps(xb, w0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(xb, w1, c1[i]);
+        }
+    }
+#    pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+        float * yr = y + i * ldy;
+        if (nv == k_nr) {
+            _mm256_storeu_ps(yr, _mm256_add_ps(_mm256_loadu_ps(yr), c0[i]));
+            _mm256_storeu_ps(yr + 8, _mm256_add_ps(_mm256_loadu_ps(yr + 8), c1[i]));
+        } else {
+            alignas(32) float tmp[k_nr];
+            _mm256_store_ps(tmp, c0[i]);
+            _mm256_store_ps(tmp + 8, c1[i]);
+            for (int j = 0; j < nv; ++j) {
+                yr[j] += tmp[j];
+            }
+        }
+    }
+}
+
+// y (N, T, B) = W^T x (+ b) (+ r) per batch: x (K, T, B) with rows at any stride (overlapping
+// sliding windows included), W (K, N, Bw) f32 with B % Bw == 0 (batch i uses W batch
+// i / (B / Bw), as ggml_mul_mat broadcasts), optional b (N) and r (N, T, B) contiguous.
+// r may be y itself (accumulate in place).
+struct gemm_args {
+    const ggml_tensor * x;
+    const ggml_tensor * w;
+    const ggml_tensor * b;
+    const ggml_tensor * r;
+    ggml_tensor *       y;
+};
+
+QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
+    const int64_t K = g.x->ne[0];
+    const int64_t T = g.x->ne[1];
+    const int64_t B = g.x->ne[2];
+    const int64_t N = g.w->ne[1];
+    const int64_t group = B / g.w->ne[2];
+    const size_t  ldx = g.x->nb[1] / sizeof(float);
+    const size_t  ldw = g.w->nb[1] / sizeof(float);
+    const size_t  ldy = size_t(N);
+    const bool    in_place = g.r && g.r->data == g.y->data;
+
+    const int64_t n_panels = (N + k_nr - 1) / k_nr;
+    const int64_t n_chunks = (T + k_tc - 1) / k_tc;
+    int64_t       first = 0, last = 0;
+    split_rows(B * n_chunks * n_panels, ith, nth, &first, &last);
+    alignas(32) float wp[k_kc * k_nr];
+    for (int64_t item = first; item < last; ++item) {
+        const int64_t bi = item / (n_chunks * n_panels);
+        const int64_t t0 = (item / n_panels % n_chunks) * k_tc;
+        const int64_t t1 = std::min(T, t0 + k_tc);
+        const int64_t o0 = (item % n_panels) * k_nr;
+        const int     nv = int(std::min<int64_t>(k_nr, N - o0));
+        const float * xd = reinterpret_cast<const float *>(static_cast<const char *>(g.x->data) + bi * g.x->nb[2]);
+        const float * wd = reinterpret_cast<const float *>(static_cast<const char *>(g.w->data) + bi / group * g.w->nb[2]);
+        float *       yd = reinterpret_cast<float *>(static_cast<char *>(g.y->data) + bi * g.y->nb[2]);
+        const float * rd = g.r ? reinterpret_cast<const float *>(static_cast<const char *>(g.r->data) + bi * g.r->nb[2])
+                               : nullptr;
+        // start from bias + residual; separate loops, as a vectorised select of a null pointer
+        // becomes a masked load from address 0, which AMD CPUs serve very slowly
+        const float * br = g.b ? static_cast<const float *>(g.b->data) + o0 : nullptr;
+        for (int64_t t = t0; t < t1; ++t) {
+            float * yr = yd + t * ldy + o0;
+            if (!in_place) {
+                if (rd) {
+                    memcpy(yr, rd + t * ldy + o0, size_t(nv) * sizeof(float));
+                } else {
+                    memset(yr, 0, size_t(nv) * sizeof(float));
+                }
+            }
+            if (br) {
+                for (int j = 0; j < nv; ++j) {
+                    yr[j] += br[j];
+                }
+            }
+        }
+        for (int64_t kb = 0; kb < K; kb += k_kc) {
+            const int kc = int(std::min<int64_t>(k_kc, K - kb));
+            for (int j = 0; j < k_nr; ++j) {
+                const float * wr = wd + (o0 + std::min(j, nv - 1)) * ldw + kb;
+                for (int k = 0; k < kc; ++k) {
+                    wp[k * k_nr + j] = j < nv ? wr[k] : 0.0f;
+                }
+            }
+            for (int64_t t = t0; t < t1; t += k_mr) {
+                const float * xt = xd + t * ldx + kb;
+                float *       yt = yd + t * ldy + o0;
+                switch (std::min<int64_t>(k_mr, t1 - t)) {
+                    case 6: gemm_tile<6>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                    case 5: gemm_tile<5>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                    case 4: gemm_tile<4>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                    case 3: gemm_tile<3>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                    case 2: gemm_tile<2>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                    default: gemm_tile<1>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                }
+            }
+        }
+    }
+}
+
+// ggml_custom_4d: src = { x, w, b, r }
+void gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
+    gemm_run({ dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst }, ith, nth);
+}
+
+// ggml_custom_inplace on r: src = { r, x, w, b }
+void gemm_acc_op(ggml_tensor * dst, int ith, int nth, void *) {
+    gemm_run({ dst->src[1], dst->src[2], dst->src[3], dst->src[0], dst }, ith, nth);
+}
+
+// expm1 for x <= 0, 8 lanes: x = n ln2 + r, |r| <= ln2 / 2, expm1(x) = 2^n expm1(r) + 2^n - 1
+// with a degree-8 Taylor polynomial for expm1(r) (relative error < 1e-7 near 0).
+QT_AVX2 inline __m256 expm1_neg(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 40320.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 5040.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_mul_ps(p, r);  // expm1(r)
+    const __m256 scale = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    return _mm256_fmadd_ps(scale, p, _mm256_sub_ps(scale, _mm256_set1_ps(1.0f)));
+}
+
+QT_AVX2 void elu_row_avx2(const float * x, float * y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 neg = expm1_neg(_mm256_min_ps(v, _mm256_setzero_ps()));
+        _mm256_storeu_ps(y + i, _mm256_blendv_ps(neg, v, _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ)));
+    }
+    for (; i < n; ++i) {
+        y[i] = x[i] > 0.0f ? x[i] : std::expm1(x[i]);
+    }
+}
+
+#endif  // QT_X86
+
+// dst (C, left + T + right) = zero-padded ELU of src[0] (C, T); userdata = left.
+void elu_pad_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor * x = dst->src[0];
+    const int64_t       C = x->ne[0];
+    const int64_t       T = x->ne[1];
+    const int64_t       left = int64_t(reinterpret_cast<intptr_t>(userdata));
+    int64_t             first = 0, last = 0;
+    split_rows(dst->ne[1], ith, nth, &first, &last);
+    for (int64_t t = first; t < last; ++t) {
+        float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]);
+        const int64_t src = t - left;
+        if (src < 0 || src >= T) {
+            memset(y, 0, size_t(C) * sizeof(float));
+            continue;
+        }
+        const float * xr = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + src * x->nb[1]);
+#ifdef QT_X86
+        if (use_avx2()) {
+            elu_row_avx2(xr, y, C);
+            continue;
+        }
+#endif
+        for (int64_t c = 0; c < C; ++c) {
+            y[c] = xr[c] > 0.0f ? xr[c] : std::expm1(xr[c]);
+        }
+    }
+}
+
+} // namespace
+
+ggml_tensor * elu_pad(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right) {
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1);
+    ggml_tensor * args[] = { x };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], left + x->ne[1] + right, 1, 1, args, 1, elu_pad_op,
+                          GGML_N_TASKS_MAX, reinterpret_cast<void *>(intptr_t(left)));
+}
+
+ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b, ggml_tensor * r,
+                    bool r_in_place) {
+    GGML_ASSERT(w->ne[0] == x->ne[0] && x->ne[2] % w->ne[2] == 0 && x->ne[3] == 1 && w->ne[3] == 1);
+    GGML_ASSERT(!r || (r->ne[0] == w->ne[1] && r->ne[1] == x->ne[1] && r->ne[2] == x->ne[2]));
+#ifdef QT_X86
+    if (use_avx2() && w->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && w->nb[0] == sizeof(float) &&
+        x->nb[0] == sizeof(float) && (!b || ggml_is_contiguous(b)) && (!r || ggml_is_contiguous(r))) {
+        if (r && r_in_place) {
+            ggml_tensor * args[] = { x, w, b };
+            return ggml_custom_inplace(ctx, r, args, 3, gemm_acc_op, GGML_N_TASKS_MAX, nullptr);
+        }
+        ggml_tensor * args[] = { x, w, b, r };
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 4, gemm_op, GGML_N_TASKS_MAX,
+                              nullptr);
+    }
+#endif
+    ggml_tensor * y = ggml_mul_mat(ctx, w, x);
+    if (b) {
+        y = ggml_add(ctx, y, b);
+    }
+    return r ? ggml_add(ctx, y, r) : y;
+}
+
+} // namespace qt

@@ -1,0 +1,28 @@
+// Fused f32 kernels as ggml custom ops.
+//
+// The libggml-python wheel computes f32 matrix products with one dot product per output (it
+// is built without llamafile's sgemm): about 25-30 GFLOP/s on two Zen 2 cores, where the FPU
+// allows ~150. The convolutions of the speaker encoder and the codec run over hundreds to
+// thousands of frames and are all matrix products, so they use a packed, register-tiled AVX2
+// GEMM here (about 80 GFLOP/s per thread), with bias and residual folded in, and an AVX2 ELU
+// fused with zero padding. Without AVX2/FMA (checked at run time) plain ggml ops are used.
+#pragma once
+
+#include "ggml.h"
+
+#include <cstdint>
+
+namespace qt {
+
+// y (N, T, B) = W^T x (+ b) (+ r) for x = (K, T, B) with rows at any stride (overlapping
+// sliding windows included) and W = (K, N, Bw) with rows at any stride, B % Bw == 0 (batch i
+// uses W batch i / (B / Bw), as ggml_mul_mat broadcasts). With `r_in_place`, y overwrites r
+// (r must have no later use).
+ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b = nullptr,
+                    ggml_tensor * r = nullptr, bool r_in_place = false);
+
+// ELU(x) (alpha 1) of x = (C, T) with `left` / `right` zero frames around it; ELU(0) = 0, so
+// this is also the zero padding of ELU(x) that a causal convolution after it needs.
+ggml_tensor * elu_pad(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right);
+
+} // namespace qt
