@@ -25,7 +25,7 @@ import numpy as np
 from .safetensors_reader import SafetensorsError, TensorRef, open_checkpoint
 
 ARCH = "qwen3-tts"
-FORMAT_VERSION = 1  # native/src/gguf-names.h QT_FORMAT_VERSION
+FORMAT_VERSION = 2  # native/src/gguf-names.h QT_FORMAT_VERSION
 CHECKSUM_TENSOR = "checksums"
 CODEBOOK_EPS = 1e-5
 ROW_BLOCK_BYTES = 64 * 1024 * 1024  # f32 bytes converted at a time

@@ -6,7 +6,7 @@
 #define QT_ARCH "qwen3-tts"
 
 // format_version changes whenever the converter's output changes meaning.
-#define QT_FORMAT_VERSION 1
+#define QT_FORMAT_VERSION 2
 
 #define QT_KEY_ARCH            "general.architecture"
 #define QT_KEY_NAME            "general.name"
