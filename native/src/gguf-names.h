@@ -1,6 +1,6 @@
 // GGUF metadata keys and tensor-name conventions of the engine's model file. The converter
-// (app/vocable/convert.py) writes exactly these; keep the two in step (tests load every
-// converted tensor and fail on any the engine does not consume).
+// (app/vocable/convert.py) writes exactly these; keep the two in step (the tests convert the
+// reference checkpoints and load them, and the loader checks every shape it reads).
 #pragma once
 
 #define QT_ARCH "qwen3-tts"

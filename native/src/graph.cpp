@@ -235,10 +235,6 @@ ggml_tensor * sliding_windows(ggml_context * ctx, ggml_tensor * x, int64_t k, in
     return v;
 }
 
-ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) {
-    return dense(ctx, w, x, b);
-}
-
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, float eps) {
     ggml_tensor * y = ggml_norm(ctx, x, eps);
     y = ggml_mul(ctx, y, w);

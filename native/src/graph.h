@@ -114,9 +114,6 @@ ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_
 // contiguous. Only ops that honour strides may read it (ggml_mul_mat as src1, ggml_cont).
 ggml_tensor * sliding_windows(ggml_context * ctx, ggml_tensor * x, int64_t k, int64_t stride);
 
-// y = W x (+ b) for x = (C_in, T) and W = (C_in, C_out).
-ggml_tensor * linear(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b = nullptr);
-
 // LayerNorm over ne[0] with affine weight and bias (the wheel's ggml has no fused op).
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, float eps);
 

@@ -156,8 +156,6 @@ int64_t model_loader::key_id(const char * key, enum gguf_type type) const {
     return id;
 }
 
-bool model_loader::has_key(const char * key) const { return gguf_find_key(gguf_.get(), key) >= 0; }
-
 uint32_t model_loader::get_u32(const char * key) const {
     return gguf_get_val_u32(gguf_.get(), key_id(key, GGUF_TYPE_UINT32));
 }
@@ -180,19 +178,6 @@ std::vector<int32_t> model_loader::get_i32_array(const char * key) const {
     return std::vector<int32_t>(data, data + gguf_get_arr_n(gguf_.get(), id));
 }
 
-std::vector<std::string> model_loader::get_str_array(const char * key) const {
-    const int64_t id = key_id(key, GGUF_TYPE_ARRAY);
-    if (gguf_get_arr_type(gguf_.get(), id) != GGUF_TYPE_STRING) {
-        throw error(QT_STATUS_INVALID_PARAMS,
-                    format("%s is corrupt: metadata key '%s' is not a string array", path_.c_str(), key));
-    }
-    std::vector<std::string> out;
-    for (size_t i = 0; i < gguf_get_arr_n(gguf_.get(), id); ++i) {
-        out.emplace_back(gguf_get_arr_str(gguf_.get(), id, i));
-    }
-    return out;
-}
-
 bool model_loader::has_tensor(const std::string & name) const { return tensors_.count(name) != 0; }
 
 ggml_tensor * model_loader::require(const std::string & name) {
@@ -201,7 +186,6 @@ ggml_tensor * model_loader::require(const std::string & name) {
         throw error(QT_STATUS_INVALID_PARAMS, format("%s lacks the tensor '%s' (convert the model again)",
                                                      path_.c_str(), name.c_str()));
     }
-    used_.insert(name);
     return it->second;
 }
 
@@ -218,16 +202,6 @@ ggml_tensor * model_loader::require(const std::string & name, std::initializer_l
                            dims_to_string(t->ne, GGML_MAX_DIMS).c_str(), dims_to_string(want, GGML_MAX_DIMS).c_str()));
     }
     return t;
-}
-
-std::vector<std::string> model_loader::unused_tensors() const {
-    std::vector<std::string> out;
-    for (const auto & kv : tensors_) {
-        if (!used_.count(kv.first)) {
-            out.push_back(kv.first);
-        }
-    }
-    return out;
 }
 
 } // namespace qt

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -24,21 +23,16 @@ public:
 
     const std::string & path() const { return path_; }
 
-    bool        has_key(const char * key) const;
     uint32_t    get_u32(const char * key) const;
     float       get_f32(const char * key) const;
     std::string get_str(const char * key) const;
     std::vector<int32_t> get_i32_array(const char * key) const;
-    std::vector<std::string> get_str_array(const char * key) const;
 
     // The tensor `name` with exactly the dimensions `ne` (ggml order, innermost first).
     ggml_tensor * require(const std::string & name, std::initializer_list<int64_t> ne);
     // Same, for tensors whose shape the caller checks itself.
     ggml_tensor * require(const std::string & name);
     bool          has_tensor(const std::string & name) const;
-
-    // Names of tensors never asked for; a complete model leaves none.
-    std::vector<std::string> unused_tensors() const;
 
     // Moves ownership of the weights out (contexts and buffer) once loading is done.
     ggml_context_ptr        take_context() { return std::move(meta_); }
@@ -53,7 +47,6 @@ private:
     ggml_context_ptr        meta_;
     ggml_backend_buffer_ptr buffer_;
     std::map<std::string, ggml_tensor *> tensors_;
-    std::set<std::string>   used_;
     size_t                  weight_bytes_ = 0;
 };
 
