@@ -1,0 +1,267 @@
+"""`vocable bench` plumbing, on small models: the random-model builder (safetensors writer, byte
+tokenizer, conversion cache), the table and JSON report, the reference subprocess and the
+agreement check. The full-size benchmark itself is not run here."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from conftest import fixture_dir
+from vocable import bench, bench_model
+from vocable.voice import Voice
+
+
+def bench_args(tmp_path, **kw):
+    args = dict(threads=1, ref_seconds=2.0, repeats=2, cache_dir=str(tmp_path / "cache"), no_reference=True,
+                model=None)
+    args.update(kw)
+    return argparse.Namespace(**args)
+
+
+def last_json(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# ---- the random model builder ---------------------------------------------------------------
+
+def test_bf16_rounds_to_nearest_even():
+    x = np.array([1.0, -2.5, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 ** -9, 3.14159], dtype=np.float32)
+    bits = bench_model.f32_to_bf16_bits(x)
+    back = (bits.astype(np.uint32) << 16).view(np.float32)
+    # 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even mantissa (1.0); 1 + 3*2^-8 rounds up to 1 + 2^-6
+    assert back.tolist()[:5] == [1.0, -2.5, 1.0, 1.0 + 2 ** -6, 1.0]
+    assert abs(back[5] - 3.14159) < 0.01
+
+
+def test_real_spec_has_the_published_sizes():
+    spec = bench_model.real_0_6b_spec()
+    main = sum(int(np.prod(s)) for _, s in spec.main_params)
+    speech = sum(int(np.prod(s)) for _, s in spec.speech_params)
+    assert (main, speech) == (914_643_008, 170_557_441)
+    assert spec.speech_config["encoder_config"]["frame_rate"] == 12.5
+    # every tensor is one the converter knows (or knowingly skips)
+    from vocable.convert import engine_name
+    for name, _ in spec.main_params + spec.speech_params:
+        engine_name(name)
+
+
+def test_byte_tokenizer_keeps_the_real_special_ids(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    ids = bench_model.write_text_tokenizer(tmp_path)
+    cfg = bench_model.real_0_6b_spec().config
+    assert [ids[t] for t in ("<|im_start|>", "<|im_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>")] == \
+        [cfg[k] for k in ("im_start_token_id", "im_end_token_id", "tts_pad_token_id", "tts_bos_token_id",
+                          "tts_eos_token_id")]
+    vocab = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
+    assert sorted(vocab.values()) == list(range(bench_model.QWEN_TEXT_VOCAB))
+    # a tokenizer that numbers added tokens from the vocabulary size gets the real ids
+    tok = Tokenizer(models.BPE.from_file(str(tmp_path / "vocab.json"), str(tmp_path / "merges.txt")))
+    tok.add_special_tokens(bench_model.ADDED_TOKENS)
+    assert tok.token_to_id("<|im_start|>") == 151644 and tok.token_to_id("<tts_text_eod>") == 151673
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """The tiny fixture's layout, rebuilt with random values by the benchmark's builder."""
+    cache = tmp_path_factory.mktemp("bench-cache")
+    spec = bench_model.spec_from_folder(fixture_dir("0.6b") / "model", seed=3, name="tiny-random")
+    return spec, cache, bench_model.ensure_bench_model(spec, cache)
+
+
+def test_builder_writes_a_loadable_checkpoint(small_model):
+    from safetensors import safe_open
+
+    spec, cache, model = small_model
+    assert model.build_s is not None and model.convert_s is not None and model.gguf.is_file()
+    for sub, params, dtype in (("", spec.main_params, "BF16"), ("speech_tokenizer", spec.speech_params, "F32")):
+        path = model.hf_dir / sub / "model.safetensors"
+        with safe_open(str(path), framework="numpy") as f:
+            assert sorted(f.keys()) == sorted(n for n, _ in params)
+        header = json.loads(path.read_bytes()[8:8 + int.from_bytes(path.read_bytes()[:8], "little")])
+        assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {dtype}
+        for name, shape in params:
+            assert tuple(header[name]["shape"]) == shape
+    from vocable.safetensors_reader import open_checkpoint
+    main = open_checkpoint(model.hf_dir)
+    head = main["talker.codec_head.weight"].f32()
+    assert np.all(head[2150] == 0) and np.abs(head[2149]).max() > 0
+    speech = open_checkpoint(model.hf_dir / "speech_tokenizer")
+    usage = [t.f32() for n, t in speech.items() if n.endswith("cluster_usage")]
+    assert all(0.5 <= u.min() and u.max() <= 1.5 for u in usage)
+    assert all(float(t.f32()[0]) == 1.0 for n, t in speech.items() if n.endswith("initialized"))
+    for name in ("model.safetensors", "vocab.json", "merges.txt", "tokenizer_config.json", "generation_config.json",
+                 "speech_tokenizer/preprocessor_config.json"):
+        assert (model.hf_dir / name).is_file()
+
+
+def test_builder_is_deterministic_and_cached(small_model, tmp_path):
+    spec, cache, model = small_model
+    again = bench_model.ensure_bench_model(spec, cache)
+    assert again.build_s is None and again.convert_s is None
+    other = bench_model.build_hf_folder(spec, tmp_path / "again")
+    assert other["key"] == spec.key()
+    for rel in ("model.safetensors", "speech_tokenizer/model.safetensors"):
+        assert (tmp_path / "again" / rel).read_bytes() == (model.hf_dir / rel).read_bytes()
+
+
+def test_chunks_do_not_change_values(monkeypatch):
+    whole = np.concatenate(list(bench_model.random_chunks("a.weight", (64, 48), 1, zero_rows=[5])))
+    for chunk, n_parts in ((100, 32), (40, 77)):   # whole rows (2 of 48) / rows split across chunks
+        monkeypatch.setattr(bench_model, "CHUNK_ELEMENTS", chunk)
+        parts = list(bench_model.random_chunks("a.weight", (64, 48), 1, zero_rows=[5]))
+        assert len(parts) == n_parts and np.array_equal(np.concatenate(parts), whole)
+    assert np.all(whole.reshape(64, 48)[5] == 0) and abs(whole.std() * np.sqrt(48) - 1) < 0.1
+
+
+# ---- run_bench --------------------------------------------------------------------------------
+
+class FakeEngine:
+    """Stands in for vocable.Engine: logs the engine's [Perf] line, returns fixed outputs."""
+    embedding = np.linspace(-1, 1, 16, dtype=np.float32)
+    codes = (np.arange(4 * 16, dtype=np.int32).reshape(4, 16) * 7) % 2048
+
+    def __init__(self, path, threads=None):
+        self.threads = threads
+        self.calls = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def embed_voice(self, samples, rate):
+        import logging
+        self.calls += 1
+        assert rate == 24000 and samples.dtype == np.float32
+        logging.getLogger("vocable.engine").info(
+            "[Perf] speaker embedding: %.1f ms, reference codes: %.1f ms (2.00 s clip, 4 frames)",
+            10.0 * self.calls, 20.0 * self.calls)
+        return Voice(self.embedding, self.codes)
+
+
+FAKE_REFERENCE = textwrap.dedent("""
+    import argparse, json, numpy as np
+    ap = argparse.ArgumentParser()
+    for a in ("--model-dir", "--clip", "--outputs", "--threads", "--repeats"):
+        ap.add_argument(a)
+    a = ap.parse_args()
+    clip = np.load(a.clip)
+    codes = (np.arange(64, dtype=np.int32).reshape(4, 16) * 7) % 2048
+    codes[3, 5] += 1
+    np.savez(a.outputs, speaker_embedding=np.linspace(-1, 1, 16, dtype=np.float32), reference_codes=codes)
+    print("chatter")
+    print(json.dumps({"package": "fake-qwen-tts", "load_s": 0.1, "clip_seconds": len(clip) / 24000,
+                      "runs_ms": {"speaker_embedding": [100.0] * int(a.repeats),
+                                  "reference_codes": [400.0] * int(a.repeats)},
+                      "versions": {"torch": "0"}}))
+""")
+
+
+def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypatch, capsys):
+    spec, cache, model = small_model
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "reference_voice_timing.py").write_text(FAKE_REFERENCE)
+    monkeypatch.setattr(bench, "TOOLS_DIR", tools)
+    monkeypatch.setattr(bench, "find_reference_python", lambda: (sys.executable, ""))  # no torch needed
+    monkeypatch.setattr("vocable.engine.Engine", FakeEngine)
+    rc = bench.run_bench(bench_args(tmp_path, no_reference=False, model=str(model.hf_dir), repeats=3))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rep = last_json(out)
+    stages = {s["key"]: s for s in rep["stages"]}
+    # warm-up (call 1) dropped; median of calls 2..4
+    assert stages["speaker_embedding"]["vocable_runs_ms"] == [20.0, 30.0, 40.0]
+    assert stages["speaker_embedding"]["vocable_ms"] == 30.0 and stages["reference_codes"]["vocable_ms"] == 60.0
+    assert stages["speaker_embedding"]["speedup"] == pytest.approx(100 / 30, rel=1e-3)
+    assert stages["reference_codes"]["reference_ms"] == 400.0
+    assert rep["reference"]["status"] == "ok" and rep["threads"] == 1 and rep["ref_seconds"] == 2.0
+    ag = rep["agreement"]["voice"]
+    assert ag["speaker_embedding_cosine"] == pytest.approx(1.0)
+    assert ag["codes_identical"] == pytest.approx(63 / 64, abs=1e-4) and ag["frames_identical"] == 0.75
+    assert "speaker embedding (mel + ECAPA)" in out and "6.67x" in out and "98.4% identical" in out
+
+
+def test_run_bench_reference_unavailable(small_model, tmp_path, monkeypatch, capsys):
+    spec, cache, model = small_model
+    monkeypatch.setenv(bench.REFERENCE_PYTHON_ENV, str(tmp_path / "no-python"))
+    monkeypatch.setattr("vocable.engine.Engine", FakeEngine)
+    rc = bench.run_bench(bench_args(tmp_path, no_reference=False, model=str(model.hf_dir), repeats=1))
+    captured = capsys.readouterr()
+    assert rc == 0
+    rep = last_json(captured.out)
+    assert rep["reference"]["status"] == "skipped" and "no-python" in rep["reference"]["reason"]
+    assert "reference skipped" in captured.err and rep["stages"][0]["reference_ms"] is None
+
+
+def test_run_bench_real_engine_on_a_small_model(small_model, tmp_path, capsys):
+    """The engine itself, end to end (x-vector and codes), on the small random model."""
+    spec, cache, model = small_model
+    rc = bench.run_bench(bench_args(tmp_path, model=str(model.gguf), repeats=1))
+    out = capsys.readouterr().out
+    rep = last_json(out)
+    assert rc == 0, out
+    assert all(s["vocable_ms"] and s["vocable_ms"] > 0 for s in rep["stages"])
+    assert rep["reference"]["status"] == "skipped"
+
+
+@pytest.mark.reference
+def test_reference_script_on_a_small_model(small_model, tmp_path):
+    """tools/bench/reference_voice_timing.py against the real qwen-tts package."""
+    python, why = bench.find_reference_python()
+    if python is None:
+        pytest.skip(why)
+    spec, cache, model = small_model
+    clip, _ = bench.make_reference_clip(2.0)
+    np.save(tmp_path / "clip.npy", clip)
+    inp = bench.BenchInput(clip, tmp_path / "clip.npy", tmp_path, threads=1, repeats=1)
+    res = bench.run_reference(bench.VoiceStages(), python, model.hf_dir, inp)
+    assert res.error is None, res.error
+    assert set(res.runs_ms) == {"speaker_embedding", "reference_codes"}
+    cfg = json.loads((model.hf_dir / "config.json").read_text())
+    assert res.outputs["speaker_embedding"].shape == (cfg["speaker_encoder_config"]["enc_dim"],)
+    assert res.outputs["reference_codes"].shape == (int(np.ceil(len(clip) / 1920)), 16)
+
+
+def test_reference_clip():
+    clip, source = bench.make_reference_clip(1.5)
+    assert clip.dtype == np.float32 and clip.shape == (36000,)
+    assert source in ("espeak-ng", "synthetic") and abs(np.abs(clip).max() - 0.5) < 1e-3
+
+
+def test_bad_arguments(tmp_path):
+    from vocable.errors import VocableError
+    with pytest.raises(VocableError, match="ref-seconds"):
+        bench.run_bench(bench_args(tmp_path, ref_seconds=0.5))
+
+
+def test_perf_capture_restores_logging():
+    import logging
+    logger = logging.getLogger("vocable.engine")
+    before = (logger.level, logger.propagate, list(logger.handlers))
+    with bench.engine_perf_lines() as lines:
+        logger.info("[Perf] x: 1 ms")
+        logger.info("not perf")
+    assert lines == ["[Perf] x: 1 ms"]
+    assert (logger.level, logger.propagate, list(logger.handlers)) == before
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("VOCABLE_BENCH_FULL"),
+                    reason="the full-size benchmark takes minutes and ~7 GB of disk: set VOCABLE_BENCH_FULL=1")
+def test_full_size_bench(capsys):
+    rc = bench.run_bench(argparse.Namespace(threads=2, ref_seconds=10.0, repeats=3, cache_dir=None,
+                                            no_reference=False, model=None))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rep = last_json(out)
+    if rep["reference"]["status"] == "ok":
+        assert rep["agreement"]["voice"]["speaker_embedding_cosine"] > 0.999
