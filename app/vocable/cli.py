@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ref-seconds", type=float, default=10.0)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--cache-dir", help="where the random real-size model is kept")
+    b.add_argument("--model", help="bench this model instead (an HF folder, or a .gguf: no reference then)")
     b.add_argument("--no-reference", action="store_true", help="skip the PyTorch side")
     b.set_defaults(func=_cmd_bench)
     return p
