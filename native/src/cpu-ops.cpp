@@ -227,7 +227,41 @@ void elu_pad_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     }
 }
 
+// dst (C, left + T + right) = padded src[0] (C, T); userdata = left << 2 | mode.
+void pad_frames_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor * x = dst->src[0];
+    const int64_t       C = x->ne[0];
+    const int64_t       T = x->ne[1];
+    const intptr_t      packed = reinterpret_cast<intptr_t>(userdata);
+    const int64_t       left = int64_t(packed >> 2);
+    const auto          mode = pad_mode(packed & 3);
+    int64_t             first = 0, last = 0;
+    split_rows(dst->ne[1], ith, nth, &first, &last);
+    for (int64_t t = first; t < last; ++t) {
+        float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]);
+        int64_t src = t - left;
+        if (src < 0 || src >= T) {
+            if (mode == pad_mode::zeros) {
+                memset(y, 0, size_t(C) * sizeof(float));
+                continue;
+            }
+            src = mode == pad_mode::replicate ? (src < 0 ? 0 : T - 1) : (src < 0 ? -src : 2 * (T - 1) - src);
+        }
+        memcpy(y, static_cast<const char *>(x->data) + src * x->nb[1], size_t(C) * sizeof(float));
+    }
+}
+
 } // namespace
+
+ggml_tensor * pad_frames(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right, pad_mode mode) {
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1);
+    GGML_ASSERT(left >= 0 && right >= 0);
+    // reflection needs left, right < T (as torch's reflect pad)
+    GGML_ASSERT(mode != pad_mode::reflect || (left < x->ne[1] && right < x->ne[1]));
+    ggml_tensor * args[] = { x };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], left + x->ne[1] + right, 1, 1, args, 1, pad_frames_op,
+                          GGML_N_TASKS_MAX, reinterpret_cast<void *>(intptr_t(left) << 2 | intptr_t(mode)));
+}
 
 ggml_tensor * elu_pad(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right) {
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1);

@@ -25,4 +25,10 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
 // this is also the zero padding of ELU(x) that a causal convolution after it needs.
 ggml_tensor * elu_pad(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right);
 
+// x = (C, T) (rows may be strided) padded along time to (C, left + T + right), contiguous, in
+// one pass: frame t of the output is frame map(t - left) of x, where map reflects (edge not
+// repeated), replicates the edge, or yields zeros.
+enum class pad_mode { zeros, reflect, replicate };
+ggml_tensor * pad_frames(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right, pad_mode mode);
+
 } // namespace qt

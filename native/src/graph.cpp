@@ -148,44 +148,11 @@ std::vector<int32_t> graph_run::read_i32(const ggml_tensor * t) const {
 
 // ---- building blocks -------------------------------------------------------------------------
 
-namespace {
-
-// Row `t` of x = (C, T) as a (C, 1) view.
-ggml_tensor * time_row(ggml_context * ctx, ggml_tensor * x, int64_t t) {
-    return ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(t) * x->nb[1]);
-}
-
-} // namespace
-
 ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int left, int right, pad_mode mode) {
     if (left == 0 && right == 0) {
         return x;
     }
-    if (mode == pad_mode::zeros) {
-        return ggml_pad_ext(ctx, x, 0, 0, left, right, 0, 0, 0, 0);
-    }
-    const int64_t T = x->ne[1];
-    ggml_tensor * out = x;
-    if (mode == pad_mode::replicate) {
-        if (left > 0) {
-            ggml_tensor * first = time_row(ctx, x, 0);
-            out = ggml_concat(ctx, ggml_repeat_4d(ctx, first, x->ne[0], left, 1, 1), out, 1);
-        }
-        if (right > 0) {
-            ggml_tensor * last = time_row(ctx, x, T - 1);
-            out = ggml_concat(ctx, out, ggml_repeat_4d(ctx, last, x->ne[0], right, 1, 1), 1);
-        }
-        return out;
-    }
-    // reflect: frames left..1 before, T-2..T-1-right after (edge not repeated)
-    GGML_ASSERT(left < T && right < T);
-    for (int i = 1; i <= left; ++i) {
-        out = ggml_concat(ctx, time_row(ctx, x, i), out, 1);
-    }
-    for (int i = 1; i <= right; ++i) {
-        out = ggml_concat(ctx, out, time_row(ctx, x, T - 1 - i), 1);
-    }
-    return out;
+    return pad_frames(ctx, x, left, right, mode);
 }
 
 ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,

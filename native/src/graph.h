@@ -2,6 +2,7 @@
 // building blocks that several components share.
 #pragma once
 
+#include "cpu-ops.h"
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "ggml-cpu.h"
@@ -95,9 +96,8 @@ private:
 // matrix of a convolution over sliding windows, and tap k is the row-strided matrix
 // w[:, k, :]. f32 products go through cpu-ops.h's fused GEMM.
 
-enum class pad_mode { zeros, reflect, replicate };
-
-// Pads the time axis (ne[1]) of x = (C, T) by `left` and `right` frames.
+// Pads the time axis (ne[1]) of x = (C, T) by `left` and `right` frames; the result is
+// contiguous even when x is a strided view (a channel slice, say).
 ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int left, int right, pad_mode mode);
 
 // Unpadded 1-D convolution: one matrix product over sliding windows of x (dilation 1), or one

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <complex>
 
 namespace qt {
 
@@ -29,31 +28,56 @@ double mel_to_hz(double mel) {
     return mel >= min_log_mel ? min_log_hz * std::exp(logstep * (mel - min_log_mel)) : f_sp * mel;
 }
 
-// In-place iterative radix-2 FFT; `twiddles` holds exp(-2 pi i k / n) for k < n / 2.
-void fft(std::vector<std::complex<double>> & a, const std::vector<std::complex<double>> & twiddles) {
-    const size_t n = a.size();
-    for (size_t i = 1, j = 0; i < n; ++i) {
-        size_t bit = n >> 1;
-        for (; j & bit; bit >>= 1) {
+// In-place iterative radix-2 complex FFT of n = re.size() points (double precision, plain
+// arithmetic: std::complex's operator* goes through a NaN-checking library call).
+class complex_fft {
+public:
+    explicit complex_fft(size_t n) : n_(n), bitrev_(n), cos_(n / 2), sin_(n / 2) {
+        for (size_t i = 0, j = 0; i < n; ++i) {
+            bitrev_[i] = j;
+            size_t bit = n >> 1;
+            for (; j & bit; bit >>= 1) {
+                j ^= bit;
+            }
             j ^= bit;
         }
-        j ^= bit;
-        if (i < j) {
-            std::swap(a[i], a[j]);
+        for (size_t k = 0; k < n / 2; ++k) {
+            cos_[k] = std::cos(2.0 * k_pi * double(k) / double(n));
+            sin_[k] = -std::sin(2.0 * k_pi * double(k) / double(n));
         }
     }
-    for (size_t len = 2; len <= n; len <<= 1) {
-        const size_t step = n / len;
-        for (size_t i = 0; i < n; i += len) {
-            for (size_t k = 0; k < len / 2; ++k) {
-                const std::complex<double> u = a[i + k];
-                const std::complex<double> v = a[i + k + len / 2] * twiddles[k * step];
-                a[i + k] = u + v;
-                a[i + k + len / 2] = u - v;
+
+    void run(std::vector<double> & re, std::vector<double> & im) const {
+        for (size_t i = 0; i < n_; ++i) {
+            const size_t j = bitrev_[i];
+            if (i < j) {
+                std::swap(re[i], re[j]);
+                std::swap(im[i], im[j]);
+            }
+        }
+        for (size_t len = 2; len <= n_; len <<= 1) {
+            const size_t half = len / 2;
+            const size_t step = n_ / len;
+            for (size_t i = 0; i < n_; i += len) {
+                for (size_t k = 0; k < half; ++k) {
+                    const double wr = cos_[k * step], wi = sin_[k * step];
+                    const size_t a = i + k, b = a + half;
+                    const double vr = re[b] * wr - im[b] * wi;
+                    const double vi = re[b] * wi + im[b] * wr;
+                    re[b] = re[a] - vr;
+                    im[b] = im[a] - vi;
+                    re[a] += vr;
+                    im[a] += vi;
+                }
             }
         }
     }
-}
+
+private:
+    size_t              n_;
+    std::vector<size_t> bitrev_;
+    std::vector<double> cos_, sin_;
+};
 
 } // namespace
 
@@ -122,20 +146,30 @@ std::vector<float> mel_frontend::compute(const float * pcm, int64_t n_samples, c
 
     const int64_t T = n_frames(n_samples);
     std::vector<float> magnitude(size_t(T) * n_bins);
-    std::vector<std::complex<double>> twiddles(n_fft / 2);
-    for (int k = 0; k < n_fft / 2; ++k) {
-        twiddles[k] = std::polar(1.0, -2.0 * k_pi * k / n_fft);
+    // A real FFT of n_fft points as a complex FFT of n_fft / 2: z[m] = x[2m] + i x[2m + 1], then
+    // X[k] = (Z[k] + conj Z[h - k]) / 2 - i e^{-2 pi i k / n} (Z[k] - conj Z[h - k]) / 2.
+    constexpr int half = n_fft / 2;
+    static const complex_fft fft(half);
+    std::vector<double> zr(half), zi(half), tw_r(half + 1), tw_i(half + 1);
+    for (int k = 0; k <= half; ++k) {
+        tw_r[k] = std::cos(2.0 * k_pi * k / n_fft);
+        tw_i[k] = -std::sin(2.0 * k_pi * k / n_fft);
     }
-    std::vector<std::complex<double>> frame(n_fft);
     for (int64_t t = 0; t < T; ++t) {
         const float * x = padded.data() + t * hop;
-        for (int i = 0; i < n_fft; ++i) {
-            frame[i] = { double(x[i]) * window_[i], 0.0 };
+        for (int m = 0; m < half; ++m) {
+            zr[m] = double(x[2 * m]) * window_[2 * m];
+            zi[m] = double(x[2 * m + 1]) * window_[2 * m + 1];
         }
-        fft(frame, twiddles);
+        fft.run(zr, zi);
         float * row = magnitude.data() + t * n_bins;
-        for (int k = 0; k < n_bins; ++k) {
-            row[k] = float(std::sqrt(std::norm(frame[k]) + 1e-9));
+        for (int k = 0; k <= half; ++k) {
+            const int    a = k % half, b = (half - k) % half;
+            const double er = 0.5 * (zr[a] + zr[b]), ei = 0.5 * (zi[a] - zi[b]);  // even part
+            const double orr = 0.5 * (zi[a] + zi[b]), oi = -0.5 * (zr[a] - zr[b]);  // odd part
+            const double re = er + tw_r[k] * orr - tw_i[k] * oi;
+            const double im = ei + tw_r[k] * oi + tw_i[k] * orr;
+            row[k] = float(std::sqrt(re * re + im * im + 1e-9));
         }
     }
 

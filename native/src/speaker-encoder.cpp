@@ -1,5 +1,6 @@
 #include "speaker-encoder.h"
 
+#include "cpu-ops.h"
 #include "gguf-names.h"
 #include "log.h"
 
@@ -8,10 +9,6 @@
 namespace qt {
 
 namespace {
-
-ggml_tensor * channel_slice(ggml_context * ctx, ggml_tensor * x, int64_t first, int64_t count) {
-    return ggml_cont(ctx, ggml_view_2d(ctx, x, count, x->ne[1], x->nb[1], size_t(first) * x->nb[0]));
-}
 
 // Mean over time of x = (C, T) -> (C, 1).
 ggml_tensor * time_mean(ggml_context * ctx, ggml_tensor * x) {
@@ -106,15 +103,25 @@ std::vector<float> speaker_encoder::embed(const cpu_backend & backend, const sta
     for (size_t i = 0; i < blocks_.size(); ++i) {
         const se_res2net_block & blk = blocks_[i];
         ggml_tensor * h = tdnn(ctx, x, blk.tdnn1);
-        const int64_t cs = h->ne[0] / hp_.res2net_scale;
-        ggml_tensor * joined = channel_slice(ctx, h, 0, cs);
+        // Res2Net: part 0 passes through, part j convolves slice j (plus part j - 1 from j = 2).
+        // tdnn2 is a 1x1 conv over the parts side by side, i.e. a sum over parts of the matching
+        // column block of its weight times the part, so the parts are never concatenated.
+        const int64_t C = h->ne[0];
+        const int64_t T = h->ne[1];
+        const int64_t cs = C / hp_.res2net_scale;
+        ggml_tensor * w2 = ggml_reshape_2d(ctx, blk.tdnn2.w, C, C);
+        auto slice = [&](ggml_tensor * t, int64_t j) {
+            return ggml_view_2d(ctx, t, cs, t->ne[1], t->nb[1], size_t(j * cs) * ggml_element_size(t));
+        };
+        ggml_tensor * mixed = dense(ctx, slice(w2, 0), slice(h, 0), blk.tdnn2.b);
         ggml_tensor * part = nullptr;
         for (int j = 1; j < hp_.res2net_scale; ++j) {
-            ggml_tensor * in = channel_slice(ctx, h, j * cs, cs);
-            part = tdnn(ctx, j == 1 ? in : ggml_add(ctx, in, part), blk.res2net[size_t(j - 1)]);
-            joined = ggml_concat(ctx, joined, part, 0);
+            ggml_tensor * in = j == 1 ? slice(h, j) : ggml_add(ctx, slice(h, j), part);
+            part = tdnn(ctx, in, blk.res2net[size_t(j - 1)]);
+            mixed = dense(ctx, slice(w2, j), part, nullptr, mixed, true);
         }
-        h = tdnn(ctx, joined, blk.tdnn2);
+        GGML_ASSERT(mixed->ne[1] == T);
+        h = ggml_relu(ctx, mixed);
         ggml_tensor * s = time_mean(ctx, h);
         s = ggml_relu(ctx, conv1d(ctx, s, blk.se1.w, blk.se1.b, 1, 1));
         s = ggml_sigmoid(ctx, conv1d(ctx, s, blk.se2.w, blk.se2.b, 1, 1));
