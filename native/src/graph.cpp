@@ -57,9 +57,27 @@ cpu_backend::cpu_backend(int n_threads) : n_threads_(n_threads) {
 }
 
 cpu_backend::~cpu_backend() {
+    allocr_.reset();
     backend_.reset();
     if (threadpool_) {
         ggml_threadpool_free(threadpool_);
+    }
+}
+
+ggml_gallocr_t cpu_backend::allocator() const {
+    if (!allocr_) {
+        allocr_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
+        if (!allocr_) {
+            throw error(QT_STATUS_OUT_OF_MEMORY, "cannot create the compute buffer allocator");
+        }
+    }
+    return allocr_.get();
+}
+
+void cpu_backend::trim_allocator() const noexcept {
+    constexpr size_t k_keep_bytes = size_t(512) << 20;
+    if (allocr_ && ggml_gallocr_get_buffer_size(allocr_.get(), 0) > k_keep_bytes) {
+        allocr_.reset();
     }
 }
 
@@ -119,8 +137,7 @@ void graph_run::compute(ggml_tensor * result) {
     }
     ggml_build_forward_expand(graph, result);
 
-    allocr_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
-    if (!allocr_ || !ggml_gallocr_alloc_graph(allocr_.get(), graph)) {
+    if (!ggml_gallocr_alloc_graph(backend_.allocator(), graph)) {
         throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the compute graph");
     }
     for (auto & in : inputs_) {
@@ -133,6 +150,8 @@ void graph_run::compute(ggml_tensor * result) {
         dumper_.write(s.first, s.second);
     }
 }
+
+graph_run::~graph_run() { backend_.trim_allocator(); }
 
 std::vector<float> graph_run::read_f32(const ggml_tensor * t) const {
     std::vector<float> out(size_t(ggml_nelements(t)));

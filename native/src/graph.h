@@ -41,9 +41,16 @@ public:
 
     ggml_backend_t get() const { return backend_.get(); }
     int            n_threads() const { return n_threads_; }
+    // One compute-buffer allocator for every graph: it grows to the largest graph seen and is
+    // reused, so repeated calls do not fault in fresh pages.
+    ggml_gallocr_t allocator() const;
+    // Frees the compute buffer once it has grown past what typical requests need (a long
+    // reference clip can take a gigabyte), so an idle engine does not hold it.
+    void trim_allocator() const noexcept;
 
 private:
     ggml_backend_ptr  backend_;
+    mutable ggml_gallocr_ptr allocr_;
     ggml_threadpool * threadpool_ = nullptr;
     int               n_threads_;
 };
@@ -58,6 +65,7 @@ private:
 class graph_run {
 public:
     graph_run(const cpu_backend & backend, const stage_dumper & dumper, size_t max_nodes);
+    ~graph_run();  // outputs are read before this; it may free the compute buffer
 
     ggml_context * ctx() const { return ctx_.get(); }
 
@@ -86,7 +94,6 @@ private:
     ggml_context_ptr           ctx_;
     std::vector<pending_input> inputs_;
     std::vector<std::pair<std::string, ggml_tensor *>> stages_;
-    ggml_gallocr_ptr           allocr_;
 };
 
 // ---- building blocks -------------------------------------------------------------------------
