@@ -144,9 +144,14 @@ std::vector<float> speaker_encoder::embed(const cpu_backend & backend, const sta
     ggml_tensor * mean0 = ggml_mean(ctx, xt);  // (1, C)
     ggml_tensor * var0 = ggml_mean(ctx, ggml_sqr(ctx, ggml_sub(ctx, xt, mean0)));
     ggml_tensor * std0 = ggml_sqrt(ctx, ggml_clamp(ctx, var0, eps, INFINITY));
-    ggml_tensor * global = ggml_concat(ctx, ggml_repeat(ctx, mean0, xt), ggml_repeat(ctx, std0, xt), 1);  // (T, 2C)
-    ggml_tensor * att_in = ggml_concat(ctx, x, ggml_cont(ctx, ggml_transpose(ctx, global)), 0);       // (3C, T)
-    ggml_tensor * att = ggml_tanh(ctx, tdnn(ctx, att_in, asp_tdnn_));
+    // The attention TDNN sees [x; mean; std] with mean and std repeated over time: its 1x1 conv
+    // splits into W_x x plus a per-channel constant W_m mean + W_s std, folded into the bias
+    // instead of materialising the (3C, T) input.
+    ggml_tensor * w_att = ggml_reshape_2d(ctx, asp_tdnn_.w, 3 * C, asp_tdnn_.w->ne[2]);
+    auto block = [&](int64_t j) { return ggml_view_2d(ctx, w_att, C, w_att->ne[1], w_att->nb[1], size_t(j * C) * sizeof(float)); };
+    ggml_tensor * bias = dense(ctx, block(1), ggml_reshape_2d(ctx, mean0, C, 1), asp_tdnn_.b);
+    bias = dense(ctx, block(2), ggml_reshape_2d(ctx, std0, C, 1), nullptr, bias, true);  // (att, 1)
+    ggml_tensor * att = ggml_tanh(ctx, ggml_relu(ctx, ggml_add(ctx, dense(ctx, block(0), x), bias)));
     att = conv1d(ctx, att, asp_conv_.w, asp_conv_.b, 1, 1);                                           // (C, T)
     ggml_tensor * weights = ggml_soft_max(ctx, ggml_cont(ctx, ggml_transpose(ctx, att)));             // (T, C)
     auto [mean, std] = weighted_stats(ctx, xt, weights, eps);
