@@ -162,6 +162,7 @@ class StageGroup:
     """Stages timed together: one engine call (or a few) and one reference script."""
     name = ""
     stages: list[tuple[str, str]] = []    # (key, label), in table order
+    total: tuple[str, str] | None = None  # (key, label) of a row summing the stages, per run
     reference_script = ""
 
     def run_vocable(self, engine, inp: BenchInput) -> GroupResult:
@@ -182,6 +183,7 @@ class VoiceStages(StageGroup):
     name = "voice"
     stages = [("speaker_embedding", "speaker embedding (mel + ECAPA)"),
               ("reference_codes", "reference codes (Mimi encoder)")]
+    total = ("voice_total", "voice (embedding + codes)")
     reference_script = "reference_voice_timing.py"
     _PERF = re.compile(r"\[Perf\] speaker embedding: ([\d.]+) ms, reference codes: ([\d.]+) ms")
 
@@ -451,7 +453,11 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
     stages, agreement, agreement_text = [], {}, []
     for g in STAGE_GROUPS:
         o, t = ours[g.name], theirs.get(g.name)
-        for key, label in g.stages:
+        if g.total:   # per-run sums of the group's stages, on both sides
+            for side in (o, t):
+                if side and not side.error and all(side.runs_ms.get(k) for k, _ in g.stages):
+                    side.runs_ms[g.total[0]] = [sum(run) for run in zip(*(side.runs_ms[k] for k, _ in g.stages))]
+        for key, label in g.stages + ([g.total] if g.total else []):
             v = median(o.runs_ms.get(key, []))
             r = median(t.runs_ms.get(key, [])) if t and not t.error else None
             stages.append({"key": key, "label": label, "vocable_ms": _round(v), "reference_ms": _round(r),
