@@ -96,22 +96,12 @@ graph_run::graph_run(const cpu_backend & backend, const stage_dumper & dumper, s
     }
 }
 
-ggml_tensor * graph_run::input_f32(const char * name, const float * data, std::vector<int64_t> ne) {
+ggml_tensor * graph_run::input(const char * name, ggml_type type, const void * data, std::vector<int64_t> ne) {
     ne.resize(4, 1);
-    ggml_tensor * t = ggml_new_tensor_4d(ctx_.get(), GGML_TYPE_F32, ne[0], ne[1], ne[2], ne[3]);
+    ggml_tensor * t = ggml_new_tensor_4d(ctx_.get(), type, ne[0], ne[1], ne[2], ne[3]);
     ggml_set_name(t, name);
     ggml_set_input(t);
-    const auto * bytes = reinterpret_cast<const uint8_t *>(data);
-    inputs_.push_back({ t, std::vector<uint8_t>(bytes, bytes + ggml_nbytes(t)) });
-    return t;
-}
-
-ggml_tensor * graph_run::input_i32(const char * name, const int32_t * data, std::vector<int64_t> ne) {
-    ne.resize(4, 1);
-    ggml_tensor * t = ggml_new_tensor_4d(ctx_.get(), GGML_TYPE_I32, ne[0], ne[1], ne[2], ne[3]);
-    ggml_set_name(t, name);
-    ggml_set_input(t);
-    const auto * bytes = reinterpret_cast<const uint8_t *>(data);
+    const auto * bytes = static_cast<const uint8_t *>(data);
     inputs_.push_back({ t, std::vector<uint8_t>(bytes, bytes + ggml_nbytes(t)) });
     return t;
 }

@@ -70,8 +70,12 @@ public:
     ggml_context * ctx() const { return ctx_.get(); }
 
     // Graph inputs, copied in after allocation. `ne` is in ggml order (innermost first).
-    ggml_tensor * input_f32(const char * name, const float * data, std::vector<int64_t> ne);
-    ggml_tensor * input_i32(const char * name, const int32_t * data, std::vector<int64_t> ne);
+    ggml_tensor * input_f32(const char * name, const float * data, std::vector<int64_t> ne) {
+        return input(name, GGML_TYPE_F32, data, std::move(ne));
+    }
+    ggml_tensor * input_i32(const char * name, const int32_t * data, std::vector<int64_t> ne) {
+        return input(name, GGML_TYPE_I32, data, std::move(ne));
+    }
 
     // Names a stage output and keeps it for the dump when dumping is enabled.
     ggml_tensor * stage(ggml_tensor * t, const std::string & name);
@@ -83,6 +87,8 @@ public:
     std::vector<int32_t> read_i32(const ggml_tensor * t) const;
 
 private:
+    ggml_tensor * input(const char * name, ggml_type type, const void * data, std::vector<int64_t> ne);
+
     struct pending_input {
         ggml_tensor *        tensor;
         std::vector<uint8_t> bytes;
