@@ -78,3 +78,25 @@ def test_folder_instead_of_model(tmp_path):
 def test_bad_thread_count(converted):
     with pytest.raises(ValueError, match="threads"):
         Engine(converted("0.6b", "f32"), threads=0)
+
+
+def test_concurrent_calls_are_serialised(converted):
+    """Two Python threads sharing one Engine get the same, correct results."""
+    clip = reference("0.6b", "ref_wav_24k")
+    with Engine(converted("0.6b", "f32"), threads=1) as engine:
+        expected = engine.embed_voice(clip, 24000)
+        results = []
+
+        def work():
+            for _ in range(3):
+                results.append(engine.embed_voice(clip, 24000))
+
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(results) == 9
+    for v in results:
+        np.testing.assert_array_equal(v.codes, expected.codes)
+        np.testing.assert_allclose(v.speaker_embedding, expected.speaker_embedding, rtol=0, atol=1e-6)

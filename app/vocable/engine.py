@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,8 @@ def _forward_log(level: int, text: str) -> None:
 
 
 class Engine:
-    """A loaded model. Not thread-safe: use one Engine from one thread at a time."""
+    """A loaded model. Calls from several threads are serialised (a context computes one
+    request at a time); use one Engine per thread for parallel work."""
 
     def __init__(self, model_path: str | os.PathLike, threads: int | None = None, dump_dir: str | os.PathLike | None = None):
         path = Path(model_path)
@@ -41,9 +43,11 @@ class Engine:
             raise ModelError(e.args[0]) from e
         self.model_path = path
         self.info: dict = self._ctx.model_info()
+        self._lock = threading.Lock()
 
     def close(self) -> None:
-        self._ctx.close()
+        with self._lock:
+            self._ctx.close()
 
     def __enter__(self) -> "Engine":
         return self
@@ -60,7 +64,8 @@ class Engine:
         1 to 60 s (longer clips keep their first 60 s; see Voice.warnings)."""
         clip = prepare_reference(samples, sample_rate)
         try:
-            embedding, codes = self._ctx.extract_voice_ref(clip.samples)
+            with self._lock:
+                embedding, codes = self._ctx.extract_voice_ref(clip.samples)
         except _engine.EngineError as e:
             raise VocableError(f"cannot embed the reference voice: {e.args[0]}") from e
         text = ref_text.strip() if ref_text and ref_text.strip() else None
