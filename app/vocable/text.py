@@ -142,11 +142,12 @@ class TextTokenizer:
             entries = sorted(((int(k), v) for k, v in config.get("added_tokens_decoder", {}).items()),
                              key=lambda kv: kv[0])
             for index, entry in entries:
-                special = bool(entry.get("special", False))
+                is_special = bool(entry.get("special", False))
                 tokens.append(AddedToken(entry["content"], single_word=bool(entry.get("single_word", False)),
                                          lstrip=bool(entry.get("lstrip", False)),
                                          rstrip=bool(entry.get("rstrip", False)),
-                                         normalized=bool(entry.get("normalized", not special)), special=special))
+                                         normalized=bool(entry.get("normalized", not is_special)),
+                                         special=is_special))
                 declared[entry["content"]] = index
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise ModelError(f"the model's tokenizer_config.json has a malformed added_tokens_decoder ({e!r})") \
