@@ -1,0 +1,142 @@
+// Talker: the Qwen3 decoder that turns the prompt embeddings into code0 (the semantic codebook)
+// one frame at a time, plus the text and codec embeddings the prompt builder sums into its
+// inputs. Decoder layers: RMSNorm, attention with per-head q/k RMSNorm and RoPE (NEOX, the
+// multimodal RoPE of the reference with identical positions in its three sections), GQA, SwiGLU,
+// no biases; final RMSNorm, codec_head -> vocab logits.
+//
+// The loaded model (`talker`) is immutable and shared; a request's decoding state (KV cache and
+// its step graph) is a `talker_state`:
+//
+//     talker_state st(model, backend, n_prompt + max_frames);
+//     st.prefill(dumper, prompt, n_prompt, out);   // out.logits, out.hidden of the last position
+//     while (...) { st.step(next_embedding, out); }
+#pragma once
+
+#include "graph.h"
+#include "model-loader.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace qt {
+
+struct talker_hparams {
+    int   hidden = 0;
+    int   ffn = 0;
+    int   layers = 0;
+    int   heads = 0;
+    int   kv_heads = 0;
+    int   head_dim = 0;
+    float norm_eps = 1e-6f;
+    float rope_theta = 0.0f;
+    int   vocab = 0;        // codec vocabulary (codec_head rows)
+    int   text_hidden = 0;  // text embedding width
+    int   text_vocab = 0;
+};
+
+// Logits of the last position and its hidden state after the final norm (the code predictor's
+// input).
+struct talker_output {
+    std::vector<float> logits;  // [vocab]
+    std::vector<float> hidden;  // [hidden]
+};
+
+class talker {
+public:
+    void load(model_loader & loader);
+    const talker_hparams & hparams() const { return hp_; }
+
+    // text_proj2(SiLU(text_proj1(text_embd[ids]))) with biases: n vectors of `hidden` floats,
+    // position-major ([n, hidden], ggml ne = (hidden, n)). Ids must be < text_vocab.
+    std::vector<float> text_embed(const cpu_backend & backend, const int32_t * ids, int64_t n) const;
+    // codec_embd[ids], same layout. Ids must be < vocab.
+    std::vector<float> codec_embed(const cpu_backend & backend, const int32_t * ids, int64_t n) const;
+
+    // Bytes of weights one decoding step reads (every layer matrix, the norms and codec_head).
+    size_t step_weight_bytes() const;
+
+private:
+    friend class talker_state;
+
+    struct layer {
+        ggml_tensor * attn_norm = nullptr;
+        ggml_tensor * q = nullptr;       // (hidden, heads * head_dim)
+        ggml_tensor * k = nullptr;       // (hidden, kv_heads * head_dim)
+        ggml_tensor * v = nullptr;
+        ggml_tensor * o = nullptr;       // (heads * head_dim, hidden)
+        ggml_tensor * q_norm = nullptr;  // (head_dim)
+        ggml_tensor * k_norm = nullptr;
+        ggml_tensor * ffn_norm = nullptr;
+        ggml_tensor * gate = nullptr;    // (hidden, ffn)
+        ggml_tensor * up = nullptr;
+        ggml_tensor * down = nullptr;    // (ffn, hidden)
+    };
+
+    // One decoder layer over x = (hidden, T). K and V of the T positions are written to the
+    // cache by `store` (which returns the cache views to attend over); `mask` is (n_kv, T) f16.
+    template <typename Store>
+    ggml_tensor * layer_forward(ggml_context * ctx, ggml_tensor * x, const layer & l, ggml_tensor * pos,
+                                ggml_tensor * mask, bool batched, Store && store) const;
+    ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool batched) const;
+
+    talker_hparams     hp_;
+    std::vector<layer> layers_;
+    ggml_tensor *      output_norm_ = nullptr;
+    ggml_tensor *      codec_embd_ = nullptr;  // (hidden, vocab)
+    ggml_tensor *      text_embd_ = nullptr;   // (text_hidden, text_vocab)
+    ggml_tensor *      text_proj1_w_ = nullptr;
+    ggml_tensor *      text_proj1_b_ = nullptr;
+    ggml_tensor *      text_proj2_w_ = nullptr;
+    ggml_tensor *      text_proj2_b_ = nullptr;
+    ggml_tensor *      codec_head_ = nullptr;  // (hidden, vocab)
+};
+
+// A request's decoding state: the KV cache (f32, room for `max_positions`) and the one-position
+// step graph, built and allocated once with its own compute buffer and reused for every step;
+// per step only the input embedding, the position, the cache slot and one mask element are
+// uploaded. Attention is ggml's flash attention, which skips masked cache rows, so a step costs
+// the valid length, not the capacity.
+class talker_state {
+public:
+    talker_state(const talker & model, const cpu_backend & backend, int64_t max_positions);
+    ~talker_state();
+    talker_state(const talker_state &) = delete;
+    talker_state & operator=(const talker_state &) = delete;
+
+    int64_t n_past() const { return n_past_; }
+    int64_t capacity() const { return capacity_; }
+
+    // Runs the prompt embeddings (hidden, n) (position-major floats) from position n_past().
+    // Dumps "talker_hidden_layer{i}" (residual stream after layer i, [n, hidden]),
+    // "talker_hidden_norm" and "talker_step0_logits" when the prefill starts at position 0.
+    void prefill(const stage_dumper & dumper, const float * embeds, int64_t n, talker_output & out);
+    // One position.
+    void step(const float * embed, talker_output & out);
+
+private:
+    void build_step_graph();
+
+    const talker &      model_;
+    const cpu_backend & backend_;
+    int64_t             capacity_;
+    int64_t             n_past_ = 0;
+    int64_t             mask_valid_ = 0;  // leading step-mask elements already set to 0
+
+    ggml_context_ptr           cache_ctx_;
+    ggml_backend_buffer_ptr    cache_buf_;
+    std::vector<ggml_tensor *> k_cache_;  // per layer (kv_heads * head_dim, capacity)
+    std::vector<ggml_tensor *> v_cache_;
+
+    // the step graph
+    ggml_context_ptr      step_ctx_;
+    ggml_cgraph *         step_graph_ = nullptr;
+    ggml_gallocr_ptr      step_alloc_;
+    ggml_tensor *         in_embed_ = nullptr;  // (hidden, 1) f32
+    ggml_tensor *         in_pos_ = nullptr;    // (1) i32
+    ggml_tensor *         in_slot_ = nullptr;   // (1) i64
+    ggml_tensor *         in_mask_ = nullptr;   // (capacity, 1) f16: 0 for valid rows, -inf beyond
+    ggml_tensor *         out_logits_ = nullptr;
+    ggml_tensor *         out_hidden_ = nullptr;
+};
+
+} // namespace qt
