@@ -6,9 +6,16 @@
 
 #include "ggml-alloc.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#    include <immintrin.h>
+#    define QT_TALKER_X86  1
+#    define QT_TALKER_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
 
 namespace qt {
 
@@ -131,9 +138,9 @@ ggml_tensor * talker::linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * 
     return batched ? dense(ctx, w, x) : ggml_mul_mat(ctx, w, x);
 }
 
-template <typename Store>
+template <typename Attend>
 ggml_tensor * talker::layer_forward(ggml_context * ctx, ggml_tensor * x, const layer & l, ggml_tensor * pos,
-                                    ggml_tensor * mask, bool batched, Store && store) const {
+                                    bool batched, Attend && attend) const {
     const int64_t T = x->ne[1];
     const int     hd = hp_.head_dim;
     const float   eps = hp_.norm_eps;
@@ -150,11 +157,7 @@ ggml_tensor * talker::layer_forward(ggml_context * ctx, ggml_tensor * x, const l
     ggml_tensor * v = linear(ctx, l.v, h, batched);  // (kv_heads * hd, T)
     q = rope(rms_norm(ctx, q, l.q_norm, eps));
     k = rope(rms_norm(ctx, k, l.k_norm, eps));
-
-    auto [kc, vc] = store(ggml_reshape_2d(ctx, k, int64_t(hd) * hp_.kv_heads, T), v);  // (hd, n_kv, kv_heads)
-    q = ggml_permute(ctx, q, 0, 2, 1, 3);                                               // (hd, T, heads)
-    ggml_tensor * a = ggml_flash_attn_ext(ctx, q, kc, vc, mask, 1.0f / std::sqrt(float(hd)), 0.0f, 0.0f);
-    a = ggml_reshape_2d(ctx, a, int64_t(hd) * hp_.heads, T);  // result is (hd, heads, T)
+    ggml_tensor * a = attend(q, k, v);  // (heads * hd, T)
     x = ggml_add(ctx, x, linear(ctx, l.o, a, batched));
 
     h = rms_norm(ctx, x, l.ffn_norm, eps);
@@ -162,34 +165,235 @@ ggml_tensor * talker::layer_forward(ggml_context * ctx, ggml_tensor * x, const l
     return ggml_add(ctx, x, linear(ctx, l.down, h, batched));
 }
 
-// ---- talker_state ----------------------------------------------------------------------------
+// ---- decode attention ------------------------------------------------------------------------
 
 namespace {
 
-// Writes rows (kv_dim, T) into `cache` (kv_dim, capacity) at the rows `slots` and returns a view
-// of the first n_kv cache rows as (head_dim, n_kv, kv_heads). The view is taken of the
-// ggml_set_rows result, so the graph orders the write before the read.
-ggml_tensor * store_rows(ggml_context * ctx, ggml_tensor * cache, ggml_tensor * rows, ggml_tensor * slots,
-                         int64_t n_kv, int head_dim) {
-    ggml_tensor * written = ggml_set_rows(ctx, cache, rows, slots);
-    const int64_t kv_heads = cache->ne[0] / head_dim;
-    return ggml_view_3d(ctx, written, head_dim, n_kv, kv_heads, written->nb[1], size_t(head_dim) * ggml_element_size(cache),
-                        0);
+// Writes the keys or values of T positions, (head_dim, kv_heads, T) (contiguous), to cache rows
+// `slots` of `cache` (head_dim, capacity, kv_heads) and returns the ggml_set_rows result: a view
+// of the whole cache through which later reads are ordered after the write.
+ggml_tensor * store_rows(ggml_context * ctx, ggml_tensor * cache, ggml_tensor * rows, ggml_tensor * slots) {
+    const int64_t T = rows->ne[2];
+    ggml_tensor * per_head = T == 1 ? ggml_reshape_3d(ctx, rows, rows->ne[0], 1, rows->ne[1])
+                                    : ggml_permute(ctx, rows, 0, 2, 1, 3);  // (head_dim, T, kv_heads)
+    return ggml_set_rows(ctx, cache, per_head, slots);
+}
+
+float load_elem(const float * p, int64_t i) { return p[i]; }
+float load_elem(const ggml_fp16_t * p, int64_t i) { return ggml_fp16_to_fp32(p[i]); }
+
+// Portable kernel: scores of rep query heads against n cache rows, softmax, weighted sum of the
+// value rows; s holds rep * n floats.
+template <typename T>
+void attend_rows_ref(const float * const * q, int rep, int64_t hd, const char * k, const char * v, size_t row_bytes,
+                     int64_t n, float scale, float * s, float * const * out) {
+    for (int64_t j = 0; j < n; ++j) {
+        const T * kr = reinterpret_cast<const T *>(k + size_t(j) * row_bytes);
+        for (int r = 0; r < rep; ++r) {
+            float acc = 0.0f;
+            for (int64_t d = 0; d < hd; ++d) {
+                acc += q[r][d] * load_elem(kr, d);
+            }
+            s[r * n + j] = acc * scale;
+        }
+    }
+    for (int r = 0; r < rep; ++r) {
+        float * sr = s + r * n;
+        const float m = *std::max_element(sr, sr + n);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+            sr[j] = std::exp(sr[j] - m);
+            sum += sr[j];
+        }
+        std::fill(out[r], out[r] + hd, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+            const T * vr = reinterpret_cast<const T *>(v + size_t(j) * row_bytes);
+            const float p = sr[j] / sum;
+            for (int64_t d = 0; d < hd; ++d) {
+                out[r][d] += p * load_elem(vr, d);
+            }
+        }
+    }
+}
+
+#ifdef QT_TALKER_X86
+
+bool has_avx2() {
+    static const bool ok =
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return ok;
+}
+
+QT_TALKER_AVX2 inline __m256 load8(const float * p) { return _mm256_loadu_ps(p); }
+QT_TALKER_AVX2 inline __m256 load8(const ggml_fp16_t * p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
+}
+
+QT_TALKER_AVX2 inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// exp(x) for x <= 0 (Cephes' single-precision polynomial after reduction by ln 2; relative error
+// about 2e-7), flushing to 0 below -87.
+QT_TALKER_AVX2 inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(too_small, y);
+}
+
+constexpr int k_max_rep = 8;  // query heads per KV head handled in registers
+
+// AVX2 kernel for head_dim % 8 == 0 and rep <= k_max_rep: every key and value row is read once
+// for all rep query heads.
+template <typename T>
+QT_TALKER_AVX2 void attend_rows_avx2(const float * const * q, int rep, int64_t hd, const char * k, const char * v,
+                                     size_t row_bytes, int64_t n, float scale, float * s, float * const * out) {
+    for (int64_t j = 0; j < n; ++j) {
+        const T * kr = reinterpret_cast<const T *>(k + size_t(j) * row_bytes);
+        __m256 acc[k_max_rep];
+        for (int r = 0; r < rep; ++r) {
+            acc[r] = _mm256_setzero_ps();
+        }
+        for (int64_t d = 0; d < hd; d += 8) {
+            const __m256 kv = load8(kr + d);
+            for (int r = 0; r < rep; ++r) {
+                acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + d), kv, acc[r]);
+            }
+        }
+        for (int r = 0; r < rep; ++r) {
+            s[r * n + j] = hsum(acc[r]) * scale;
+        }
+    }
+    float inv_sum[k_max_rep];
+    for (int r = 0; r < rep; ++r) {
+        float * sr = s + r * n;
+        const float m = *std::max_element(sr, sr + n);
+        const __m256 vm = _mm256_set1_ps(m);
+        __m256 vsum = _mm256_setzero_ps();
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sr + j), vm));
+            _mm256_storeu_ps(sr + j, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        float sum = hsum(vsum);
+        for (; j < n; ++j) {
+            sr[j] = std::exp(sr[j] - m);
+            sum += sr[j];
+        }
+        inv_sum[r] = 1.0f / sum;
+        std::fill(out[r], out[r] + hd, 0.0f);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+        const T * vr = reinterpret_cast<const T *>(v + size_t(j) * row_bytes);
+        for (int64_t d = 0; d < hd; d += 8) {
+            const __m256 vv = load8(vr + d);
+            for (int r = 0; r < rep; ++r) {
+                __m256 o = _mm256_loadu_ps(out[r] + d);
+                o = _mm256_fmadd_ps(_mm256_set1_ps(s[r * n + j]), vv, o);
+                _mm256_storeu_ps(out[r] + d, o);
+            }
+        }
+    }
+    for (int r = 0; r < rep; ++r) {
+        const __m256 f = _mm256_set1_ps(inv_sum[r]);
+        for (int64_t d = 0; d < hd; d += 8) {
+            _mm256_storeu_ps(out[r] + d, _mm256_mul_ps(_mm256_loadu_ps(out[r] + d), f));
+        }
+    }
+}
+
+#endif  // QT_TALKER_X86
+
+// ggml custom op: dst (hd, heads) = softmax(q k^T / sqrt(hd)) v over the cache rows [0, pos]
+// for src = { q (hd, heads, 1) f32 contiguous, k, v (hd, capacity, kv_heads) f32 or f16,
+// pos (1) i32 }. Query head h uses KV head h / (heads / kv_heads), as the reference's
+// repeat_kv. Threads split the KV heads.
+void decode_attention_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
+    const ggml_tensor * q = dst->src[0];
+    const ggml_tensor * k = dst->src[1];
+    const ggml_tensor * v = dst->src[2];
+    const int64_t n = int64_t(*static_cast<const int32_t *>(dst->src[3]->data)) + 1;
+    const int64_t hd = q->ne[0];
+    const int64_t kv_heads = k->ne[2];
+    const int     rep = int(q->ne[1] / kv_heads);
+    const float   scale = 1.0f / std::sqrt(float(hd));
+    const bool    f16 = k->type == GGML_TYPE_F16;
+
+    thread_local std::vector<float> scores;
+    scores.resize(size_t(rep) * size_t(n));
+    std::vector<const float *> qs(static_cast<size_t>(rep));
+    std::vector<float *>       outs(static_cast<size_t>(rep));
+    for (int64_t g = kv_heads * ith / nth; g < kv_heads * (ith + 1) / nth; ++g) {
+        for (int r = 0; r < rep; ++r) {
+            const int64_t h = g * rep + r;
+            qs[size_t(r)] = reinterpret_cast<const float *>(static_cast<const char *>(q->data) + size_t(h) * q->nb[1]);
+            outs[size_t(r)] = reinterpret_cast<float *>(static_cast<char *>(dst->data) + size_t(h) * dst->nb[1]);
+        }
+        const char * kg = static_cast<const char *>(k->data) + size_t(g) * k->nb[2];
+        const char * vg = static_cast<const char *>(v->data) + size_t(g) * v->nb[2];
+#ifdef QT_TALKER_X86
+        if (has_avx2() && hd % 8 == 0 && rep <= k_max_rep) {
+            if (f16) {
+                attend_rows_avx2<ggml_fp16_t>(qs.data(), rep, hd, kg, vg, k->nb[1], n, scale, scores.data(), outs.data());
+            } else {
+                attend_rows_avx2<float>(qs.data(), rep, hd, kg, vg, k->nb[1], n, scale, scores.data(), outs.data());
+            }
+            continue;
+        }
+#endif
+        if (f16) {
+            attend_rows_ref<ggml_fp16_t>(qs.data(), rep, hd, kg, vg, k->nb[1], n, scale, scores.data(), outs.data());
+        } else {
+            attend_rows_ref<float>(qs.data(), rep, hd, kg, vg, k->nb[1], n, scale, scores.data(), outs.data());
+        }
+    }
+}
+
+ggml_tensor * decode_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                               ggml_tensor * pos) {
+    GGML_ASSERT(q->ne[2] == 1 && ggml_is_contiguous(q) && k->nb[0] == ggml_type_size(k->type));
+    GGML_ASSERT(k->type == v->type && k->nb[1] == v->nb[1] && k->nb[2] == v->nb[2] && q->ne[1] % k->ne[2] == 0);
+    ggml_tensor * args[] = { q, k, v, pos };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[1], 1, 1, args, 4, decode_attention_op,
+                          GGML_N_TASKS_MAX, nullptr);
 }
 
 } // namespace
 
-talker_state::talker_state(const talker & model, const cpu_backend & backend, int64_t max_positions)
+// ---- talker_state ----------------------------------------------------------------------------
+
+talker_state::talker_state(const talker & model, const cpu_backend & backend, int64_t max_positions,
+                           ggml_type kv_type)
     : model_(model), backend_(backend), capacity_(max_positions) {
     const talker_hparams & hp = model.hp_;
     if (max_positions <= 0) {
         throw error(QT_STATUS_INVALID_PARAMS, format("talker: KV cache of %lld positions", (long long) max_positions));
     }
-    const int64_t kv_dim = int64_t(hp.kv_heads) * hp.head_dim;
+    if (kv_type != GGML_TYPE_F32 && kv_type != GGML_TYPE_F16) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("talker: KV cache type %s (f32 or f16)", ggml_type_name(kv_type)));
+    }
 
     // KV cache and the step graph's inputs live in one persistent buffer: the step graph's
     // compute buffer never holds anything that must survive a step.
-    const size_t n_tensors = size_t(2 * hp.layers + 4);
+    const size_t n_tensors = size_t(2 * hp.layers + 3);
     ggml_init_params params = {
         /*.mem_size   =*/ ggml_tensor_overhead() * n_tensors,
         /*.mem_buffer =*/ nullptr,
@@ -201,31 +405,26 @@ talker_state::talker_state(const talker & model, const cpu_backend & backend, in
     }
     ggml_context * cctx = cache_ctx_.get();
     for (int i = 0; i < hp.layers; ++i) {
-        k_cache_.push_back(ggml_new_tensor_2d(cctx, GGML_TYPE_F32, kv_dim, capacity_));
-        v_cache_.push_back(ggml_new_tensor_2d(cctx, GGML_TYPE_F32, kv_dim, capacity_));
+        k_cache_.push_back(ggml_new_tensor_3d(cctx, kv_type, hp.head_dim, capacity_, hp.kv_heads));
+        v_cache_.push_back(ggml_new_tensor_3d(cctx, kv_type, hp.head_dim, capacity_, hp.kv_heads));
         ggml_format_name(k_cache_.back(), "k_cache_%d", i);
         ggml_format_name(v_cache_.back(), "v_cache_%d", i);
     }
     in_embed_ = ggml_new_tensor_2d(cctx, GGML_TYPE_F32, hp.hidden, 1);
     in_pos_ = ggml_new_tensor_1d(cctx, GGML_TYPE_I32, 1);
     in_slot_ = ggml_new_tensor_1d(cctx, GGML_TYPE_I64, 1);
-    in_mask_ = ggml_new_tensor_2d(cctx, GGML_TYPE_F16, capacity_, 1);
     ggml_set_name(in_embed_, "step_embed");
     ggml_set_name(in_pos_, "step_pos");
     ggml_set_name(in_slot_, "step_slot");
-    ggml_set_name(in_mask_, "step_mask");
     cache_buf_.reset(ggml_backend_alloc_ctx_tensors(cctx, backend.get()));
     if (!cache_buf_) {
         throw error(QT_STATUS_OUT_OF_MEMORY,
                     format("cannot allocate a KV cache of %lld positions (%.1f MiB)", (long long) capacity_,
-                           2.0 * hp.layers * double(kv_dim) * double(capacity_) * sizeof(float) / (1024.0 * 1024.0)));
+                           2.0 * hp.layers * hp.kv_heads * hp.head_dim * double(capacity_) *
+                               double(ggml_type_size(kv_type)) / (1024.0 * 1024.0)));
     }
-    // Cache rows past the valid length are masked, and flash attention skips masked rows, but
-    // zeroed memory keeps any stray read finite.
-    ggml_backend_buffer_clear(cache_buf_.get(), 0);
-    std::vector<ggml_fp16_t> mask(size_t(capacity_), ggml_fp32_to_fp16(-INFINITY));
-    ggml_backend_tensor_set(in_mask_, mask.data(), 0, ggml_nbytes(in_mask_));
-
+    // Only written rows are ever read (the prefill's mask and the step kernel's length stop at
+    // the last one), so the cache needs no clearing.
     build_step_graph();
 }
 
@@ -247,11 +446,14 @@ void talker_state::build_step_graph() {
 
     ggml_tensor * x = in_embed_;
     for (int il = 0; il < hp.layers; ++il) {
-        auto store = [&](ggml_tensor * k, ggml_tensor * v) {
-            return std::make_pair(store_rows(ctx, k_cache_[size_t(il)], k, in_slot_, capacity_, hp.head_dim),
-                                  store_rows(ctx, v_cache_[size_t(il)], v, in_slot_, capacity_, hp.head_dim));
+        auto attend = [&](ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
+            ggml_tensor * kc = store_rows(ctx, k_cache_[size_t(il)], k, in_slot_);
+            ggml_tensor * vc = store_rows(ctx, v_cache_[size_t(il)], ggml_reshape_3d(ctx, v, hp.head_dim, hp.kv_heads, 1),
+                                          in_slot_);
+            ggml_tensor * a = decode_attention(ctx, q, kc, vc, in_pos_);
+            return ggml_reshape_2d(ctx, a, int64_t(hp.head_dim) * hp.heads, 1);
         };
-        x = model_.layer_forward(ctx, x, model_.layers_[size_t(il)], in_pos_, in_mask_, false, store);
+        x = model_.layer_forward(ctx, x, model_.layers_[size_t(il)], in_pos_, false, attend);
     }
     out_hidden_ = rms_norm(ctx, x, model_.output_norm_, hp.norm_eps);
     out_logits_ = ggml_mul_mat(ctx, model_.codec_head_, out_hidden_);
@@ -276,10 +478,8 @@ void talker_state::prefill(const stage_dumper & dumper, const float * embeds, in
     }
     const int64_t n_kv = n_past_ + n;
     std::vector<int32_t> pos(static_cast<size_t>(n));
-    std::vector<int32_t> slots(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
         pos[size_t(i)] = int32_t(n_past_ + i);
-        slots[size_t(i)] = int32_t(n_past_ + i);
     }
     // causal mask (n_kv, n): query i (absolute position n_past + i) sees cache rows <= n_past + i
     std::vector<float> mask(size_t(n_kv * n));
@@ -293,15 +493,21 @@ void talker_state::prefill(const stage_dumper & dumper, const float * embeds, in
     graph_run run(backend_, dumper, size_t(hp.layers) * 48 + 64);
     ggml_context * ctx = run.ctx();
     ggml_tensor * x = run.input_f32("prefill_embeds", embeds, { hp.hidden, n });
-    ggml_tensor * gpos = run.input_i32("prefill_pos", pos.data(), { n });
-    ggml_tensor * gslots = run.input_i32("prefill_slots", slots.data(), { n });
+    ggml_tensor * gpos = run.input_i32("prefill_pos", pos.data(), { n });  // also the cache rows
     ggml_tensor * gmask = ggml_cast(ctx, run.input_f32("prefill_mask", mask.data(), { n_kv, n }), GGML_TYPE_F16);
     for (int il = 0; il < hp.layers; ++il) {
-        auto store = [&](ggml_tensor * k, ggml_tensor * v) {
-            return std::make_pair(store_rows(ctx, k_cache_[size_t(il)], k, gslots, n_kv, hp.head_dim),
-                                  store_rows(ctx, v_cache_[size_t(il)], v, gslots, n_kv, hp.head_dim));
+        auto attend = [&](ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
+            ggml_tensor * kc = store_rows(ctx, k_cache_[size_t(il)], k, gpos);
+            ggml_tensor * vc = store_rows(ctx, v_cache_[size_t(il)], ggml_reshape_3d(ctx, v, hp.head_dim, hp.kv_heads, n),
+                                          gpos);
+            auto rows = [&](ggml_tensor * c) {  // the first n_kv rows, (hd, n_kv, kv_heads)
+                return ggml_view_3d(ctx, c, hp.head_dim, n_kv, hp.kv_heads, c->nb[1], c->nb[2], 0);
+            };
+            ggml_tensor * a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), rows(kc), rows(vc), gmask,
+                                                  1.0f / std::sqrt(float(hp.head_dim)), 0.0f, 0.0f);
+            return ggml_reshape_2d(ctx, a, int64_t(hp.head_dim) * hp.heads, n);  // result is (hd, heads, n)
         };
-        x = model_.layer_forward(ctx, x, model_.layers_[size_t(il)], gpos, gmask, true, store);
+        x = model_.layer_forward(ctx, x, model_.layers_[size_t(il)], gpos, true, attend);
         if (from_start) {
             x = run.stage(x, "talker_hidden_layer" + std::to_string(il));
         }
@@ -334,16 +540,9 @@ void talker_state::step(const float * embed, talker_output & out) {
     }
     const int32_t pos = int32_t(n_past_);
     const int64_t slot = n_past_;
-    const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f);
     ggml_backend_tensor_set(in_embed_, embed, 0, ggml_nbytes(in_embed_));
     ggml_backend_tensor_set(in_pos_, &pos, 0, sizeof(pos));
     ggml_backend_tensor_set(in_slot_, &slot, 0, sizeof(slot));
-    // rows [0, n_past] are valid now; the prefill leaves its rows masked in the step mask, so
-    // unmask everything up to the new row (once per row)
-    for (int64_t j = mask_valid_; j <= n_past_; ++j) {
-        ggml_backend_tensor_set(in_mask_, &zero, size_t(j) * sizeof(ggml_fp16_t), sizeof(zero));
-    }
-    mask_valid_ = n_past_ + 1;
     if (ggml_backend_graph_compute(backend_.get(), step_graph_) != GGML_STATUS_SUCCESS) {
         throw error(QT_STATUS_FAILED, "talker step computation failed");
     }

@@ -10,6 +10,10 @@
 //     talker_state st(model, backend, n_prompt + max_frames);
 //     st.prefill(dumper, prompt, n_prompt, out);   // out.logits, out.hidden of the last position
 //     while (...) { st.step(next_embedding, out); }
+//
+// Threads: a talker may serve several states, but every call computes on the context's
+// cpu_backend (its thread pool and, for text_embed/codec_embed/prefill, its shared compute
+// allocator), so calls on one backend must not overlap.
 #pragma once
 
 #include "graph.h"
@@ -72,11 +76,12 @@ private:
         ggml_tensor * down = nullptr;    // (ffn, hidden)
     };
 
-    // One decoder layer over x = (hidden, T). K and V of the T positions are written to the
-    // cache by `store` (which returns the cache views to attend over); `mask` is (n_kv, T) f16.
-    template <typename Store>
-    ggml_tensor * layer_forward(ggml_context * ctx, ggml_tensor * x, const layer & l, ggml_tensor * pos,
-                                ggml_tensor * mask, bool batched, Store && store) const;
+    // One decoder layer over x = (hidden, T). `attend(q, k, v)` gets the roped queries (head_dim,
+    // heads, T), keys (head_dim, kv_heads, T) and the values (kv_heads * head_dim, T), writes K
+    // and V to the cache and returns the attention output (heads * head_dim, T).
+    template <typename Attend>
+    ggml_tensor * layer_forward(ggml_context * ctx, ggml_tensor * x, const layer & l, ggml_tensor * pos, bool batched,
+                                Attend && attend) const;
     ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool batched) const;
 
     talker_hparams     hp_;
@@ -91,14 +96,17 @@ private:
     ggml_tensor *      codec_head_ = nullptr;  // (hidden, vocab)
 };
 
-// A request's decoding state: the KV cache (f32, room for `max_positions`) and the one-position
-// step graph, built and allocated once with its own compute buffer and reused for every step;
-// per step only the input embedding, the position, the cache slot and one mask element are
-// uploaded. Attention is ggml's flash attention, which skips masked cache rows, so a step costs
-// the valid length, not the capacity.
+// A request's decoding state: the KV cache (room for `max_positions`) and the one-position step
+// graph, built and allocated once with its own compute buffer and reused for every step; per
+// step only the input embedding and the position (which is also the cache row written and the
+// valid length attended over) are uploaded. The step's attention is a custom kernel that reads
+// only the valid cache rows, each once for the query heads that share it; the prefill uses
+// ggml's flash attention with a causal mask. f16 halves the bytes a step reads from the cache
+// (keys and values are rounded once, when written); f32 is exact.
 class talker_state {
 public:
-    talker_state(const talker & model, const cpu_backend & backend, int64_t max_positions);
+    talker_state(const talker & model, const cpu_backend & backend, int64_t max_positions,
+                 ggml_type kv_type = GGML_TYPE_F32);
     ~talker_state();
     talker_state(const talker_state &) = delete;
     talker_state & operator=(const talker_state &) = delete;
@@ -120,11 +128,10 @@ private:
     const cpu_backend & backend_;
     int64_t             capacity_;
     int64_t             n_past_ = 0;
-    int64_t             mask_valid_ = 0;  // leading step-mask elements already set to 0
 
     ggml_context_ptr           cache_ctx_;
     ggml_backend_buffer_ptr    cache_buf_;
-    std::vector<ggml_tensor *> k_cache_;  // per layer (kv_heads * head_dim, capacity)
+    std::vector<ggml_tensor *> k_cache_;  // per layer (head_dim, capacity, kv_heads)
     std::vector<ggml_tensor *> v_cache_;
 
     // the step graph
@@ -132,9 +139,8 @@ private:
     ggml_cgraph *         step_graph_ = nullptr;
     ggml_gallocr_ptr      step_alloc_;
     ggml_tensor *         in_embed_ = nullptr;  // (hidden, 1) f32
-    ggml_tensor *         in_pos_ = nullptr;    // (1) i32
-    ggml_tensor *         in_slot_ = nullptr;   // (1) i64
-    ggml_tensor *         in_mask_ = nullptr;   // (capacity, 1) f16: 0 for valid rows, -inf beyond
+    ggml_tensor *         in_pos_ = nullptr;    // (1) i32: position = cache row = valid length - 1
+    ggml_tensor *         in_slot_ = nullptr;   // (1) i64: the same, as ggml_set_rows takes it
     ggml_tensor *         out_logits_ = nullptr;
     ggml_tensor *         out_hidden_ = nullptr;
 };

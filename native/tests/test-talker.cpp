@@ -2,6 +2,7 @@
 //
 //     test-talker --sampler                      hand-computed sampler cases, no model
 //     test-talker REF_DIR F32.gguf [OTHER.gguf...]
+//     test-talker --bench MODEL.gguf [N_PREFILL [N_STEPS [N_THREADS [CAPACITY [f16]]]]]  step timing
 //
 // With a model: parity of the talker with the PyTorch reference tensors of a tiny fixture
 // (tests/fixtures/tiny-*/reference) on the f32 conversion: text and codec embeddings (the x-vector
@@ -398,7 +399,7 @@ struct mode_result {
 // Prefill + teacher-forced steps of one mode. With `strict`, checks every stage against the
 // reference; otherwise only measures.
 mode_result run_mode(const std::string & ref, const char * mode, loaded_model & m, const qt::cpu_backend & backend,
-                     bool strict) {
+                     bool strict, ggml_type kv_type = GGML_TYPE_F32) {
     const qt::talker_hparams & hp = m.talker.hparams();
     const std::string p = ref + "/" + mode + "_";
     const npy_array prefill = npy_read(p + "prefill_embeds.npy");
@@ -409,7 +410,7 @@ mode_result run_mode(const std::string & ref, const char * mode, loaded_model & 
 
     const std::string dump_dir = strict ? make_temp_dir() : std::string();
     qt::stage_dumper dumper(dump_dir);
-    qt::talker_state st(m.talker, backend, T + S);
+    qt::talker_state st(m.talker, backend, T + S, kv_type);
     qt::talker_output out;
     st.prefill(dumper, prefill.f32.data(), T, out);
 
@@ -527,6 +528,62 @@ std::string type_name_of(const loaded_model & m) {
     return out;
 }
 
+
+// Step timing on a real-size model: random prefill embeddings, then N steps; reports ms per
+// step and the bytes each step reads (weights + the valid part of the KV cache).
+int bench(const std::string & path, int64_t n_prefill, int64_t n_steps, int n_threads, int64_t capacity,
+          ggml_type kv_type) {
+    qt::cpu_backend backend(n_threads);
+    auto t0 = std::chrono::steady_clock::now();
+    auto m = load(path, backend);
+    const qt::talker_hparams & hp = m->talker.hparams();
+    auto ms_since = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    };
+    printf("model %s (talker matrices %s), loaded in %.0f ms\n", path.c_str(), type_name_of(*m).c_str(), ms_since(t0));
+    std::vector<float> embeds(size_t((n_prefill + n_steps) * hp.hidden));
+    for (size_t i = 0; i < embeds.size(); ++i) {
+        embeds[i] = 0.05f * float(qt::rng_uniform(1, 7, i) - 0.5);
+    }
+    qt::stage_dumper no_dump;
+    qt::talker_output out;
+    for (int rep = 0; rep < 2; ++rep) {  // the first run faults the weights in
+        t0 = std::chrono::steady_clock::now();
+        qt::talker_state st(m->talker, backend, std::max(capacity, n_prefill + n_steps), kv_type);
+        const double t_state = ms_since(t0);
+        t0 = std::chrono::steady_clock::now();
+        st.prefill(no_dump, embeds.data(), n_prefill, out);
+        const double t_prefill = ms_since(t0);
+        std::vector<double> times;
+        for (int64_t s = 0; s < n_steps; ++s) {
+            t0 = std::chrono::steady_clock::now();
+            st.step(&embeds[size_t((n_prefill + s) * hp.hidden)], out);
+            times.push_back(ms_since(t0));
+        }
+        std::vector<double> sorted = times;
+        std::sort(sorted.begin(), sorted.end());
+        double mean = 0;
+        for (double t : times) {
+            mean += t;
+        }
+        mean /= double(times.size());
+        const double w_mb = double(m->talker.step_weight_bytes()) / 1e6;
+        const double kv_mb = 2.0 * hp.layers * hp.kv_heads * hp.head_dim * double(ggml_type_size(kv_type)) *
+                             double(n_prefill + n_steps / 2) / 1e6;
+        printf("%s: state %.1f ms, prefill %lld: %.1f ms; step: mean %.2f ms, median %.2f, min %.2f, max %.2f; "
+               "reads %.0f MB weights + %.1f MB KV (mean) = %.1f GB/s at the median\n",
+               rep ? "timed " : "warmup", t_state, (long long) n_prefill, t_prefill, mean, sorted[sorted.size() / 2],
+               sorted.front(), sorted.back(), w_mb, kv_mb, (w_mb + kv_mb) / sorted[sorted.size() / 2]);
+    }
+    // the last step against one prefill of the same positions (step kernel vs flash attention)
+    qt::talker_state whole(m->talker, backend, n_prefill + n_steps, kv_type);
+    qt::talker_output ref_out;
+    whole.prefill(no_dump, embeds.data(), n_prefill + n_steps, ref_out);
+    printf("last step vs one prefill of %lld: logits cos %.7f, hidden cos %.7f\n", (long long) (n_prefill + n_steps),
+           cosine(out.logits, ref_out.logits), cosine(out.hidden, ref_out.hidden));
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char ** argv) {
@@ -536,8 +593,19 @@ int main(int argc, char ** argv) {
         printf("%s\n", failures ? "FAILED" : "all sampler tests passed");
         return failures ? 1 : 0;
     }
+    if (argc >= 3 && std::string(argv[1]) == "--bench") {
+        try {
+            return bench(argv[2], argc > 3 ? atoll(argv[3]) : 64, argc > 4 ? atoll(argv[4]) : 64,
+                         argc > 5 ? atoi(argv[5]) : 2, argc > 6 ? atoll(argv[6]) : 0,
+                         argc > 7 && std::string(argv[7]) == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32);
+        } catch (const std::exception & e) {
+            fprintf(stderr, "FAIL: %s\n", e.what());
+            return 1;
+        }
+    }
     if (argc < 3) {
-        fprintf(stderr, "usage: %s --sampler | REF_DIR F32.gguf [OTHER.gguf...]\n", argv[0]);
+        fprintf(stderr, "usage: %s --sampler | --bench MODEL [N_PREFILL [N_STEPS [N_THREADS [CAPACITY [f16]]]]] | REF_DIR F32.gguf "
+                        "[OTHER.gguf...]\n", argv[0]);
         return 2;
     }
     const std::string ref = argv[1];
@@ -558,6 +626,11 @@ int main(int argc, char ** argv) {
         // reserves before allocating.
         qt::cpu_backend plain(2);
         test_step_vs_prefill(ref, *m, plain);
+        for (const char * mode : { "xvec", "icl" }) {
+            const mode_result r = run_mode(ref, mode, *m, plain, false, GGML_TYPE_F16);
+            check(r.logits_cos >= 0.999, "f16 KV cache, %s: step-0 logits cos %.6f, teacher-forced code0 %d/%d identical",
+                  mode, r.logits_cos, r.same_codes, r.n_codes);
+        }
         for (int i = 3; i < argc; ++i) {
             auto q = load(argv[i], plain);
             const std::string type = type_name_of(*q);
