@@ -127,7 +127,10 @@ void graph_run::compute(ggml_tensor * result) {
     }
     ggml_build_forward_expand(graph, result);
 
-    if (!ggml_gallocr_alloc_graph(backend_.allocator(), graph)) {
+    // The allocator is shared by every graph, and ggml_gallocr_alloc_graph reuses its previous
+    // plan whenever the node and leaf counts match without comparing the tensors: plan anew.
+    ggml_gallocr_t allocr = backend_.allocator();
+    if (!ggml_gallocr_reserve(allocr, graph) || !ggml_gallocr_alloc_graph(allocr, graph)) {
         throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the compute graph");
     }
     for (auto & in : inputs_) {
