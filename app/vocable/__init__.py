@@ -4,8 +4,9 @@ The engine is native (C++ on ggml, module `vocable._engine`); this package wraps
 `Engine` loads a converted model, `Engine.embed_voice` turns a reference clip into a `Voice`.
 """
 from ._engine import EngineError, __version__
-from .engine import Engine
-from .errors import AudioError, ModelError, VocableError, VoiceError
+from .engine import IN_CONTEXT, X_VECTOR, Engine, SynthesisResult
+from .errors import AudioError, ModelError, SynthesisCancelled, VocableError, VoiceError
 from .voice import Voice
 
-__all__ = ["AudioError", "Engine", "EngineError", "ModelError", "VocableError", "Voice", "VoiceError", "__version__"]
+__all__ = ["IN_CONTEXT", "X_VECTOR", "AudioError", "Engine", "EngineError", "ModelError", "SynthesisCancelled",
+           "SynthesisResult", "VocableError", "Voice", "VoiceError", "__version__"]

@@ -15,3 +15,7 @@ class VoiceError(VocableError):
 
 class ModelError(VocableError):
     """A model file is missing, truncated, corrupt, or of the wrong kind."""
+
+
+class SynthesisCancelled(VocableError):
+    """A synthesis was stopped on request."""

@@ -11,6 +11,13 @@
  *     qt_voice_ref ref;                        // pcm: mono float32 at 24 kHz
  *     if (qt_extract_voice_ref(ctx, pcm, n_samples, &ref) != QT_STATUS_OK) { ... }
  *     ... ref.speaker_embedding[0 .. ref.n_embd), ref.codes[frame * ref.n_codebooks + q] ...
+ *
+ *     qt_tts_params tp = qt_tts_default_params();   // sampling defaults of the model card
+ *     tp.text_ids = ids; tp.n_text_ids = n_ids;       // "<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+ *     tp.voice = &ref;                                // x-vector mode; QT_CLONE_IN_CONTEXT adds the transcript
+ *     qt_tts_result res;
+ *     if (qt_synthesize(ctx, &tp, &res) == QT_STATUS_OK) { ... res.codes[frame * res.n_codebooks + q] ... }
+ *     qt_tts_result_free(&res);
  *     qt_voice_ref_free(&ref);
  *     qt_free(ctx);
  *
@@ -41,8 +48,8 @@
 #    define QT_API
 #endif
 
-#define QT_ABI_VERSION     1
-#define QT_ABI_MIN_VERSION 1
+#define QT_ABI_VERSION     2
+#define QT_ABI_MIN_VERSION 1  /* version 2 added qt_tts_params; qt_init_params is unchanged since 1 */
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +111,47 @@ typedef struct qt_voice_ref {
     int32_t   n_codebooks;
 } qt_voice_ref;
 
+/* How a voice is cloned. */
+typedef enum qt_clone_mode {
+    QT_CLONE_XVECTOR    = 0, /* from the speaker embedding alone */
+    QT_CLONE_IN_CONTEXT = 1, /* speaker embedding + reference codes + reference transcript */
+} qt_clone_mode;
+
+typedef struct qt_sampling {
+    float   temperature;        /* <= 0: greedy (the argmax after the penalty and suppression) */
+    int32_t top_k;              /* <= 0: off */
+    float   top_p;              /* >= 1: off */
+    float   repetition_penalty; /* over previously generated code0 ids; 1: off (talker only) */
+} qt_sampling;
+
+/* Polled once per generated frame; return true to cancel (qt_synthesize then returns
+ * QT_STATUS_CANCELLED). */
+typedef bool (*qt_cancel_callback)(void * user_data);
+
+typedef struct qt_tts_params {
+    int32_t             abi_version;        /* QT_ABI_VERSION */
+    const int32_t *     text_ids;           /* "<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n" */
+    int32_t             n_text_ids;
+    const int32_t *     ref_text_ids;       /* "<|im_start|>assistant\n{ref_text}<|im_end|>\n" (in-context) */
+    int32_t             n_ref_text_ids;
+    const qt_voice_ref * voice;             /* speaker embedding; reference codes for in-context */
+    qt_clone_mode       mode;
+    const char *        language;           /* NULL or "auto", or a model language ("english", ...) */
+    qt_sampling         talker_sampling;
+    qt_sampling         predictor_sampling; /* repetition_penalty unused */
+    uint64_t            seed;               /* the same seed and inputs give the same codes */
+    int32_t             max_frames;         /* <= 0: qt_default_max_frames(n_text_ids) */
+    qt_cancel_callback  cancel_callback;
+    void *              cancel_callback_user_data;
+} qt_tts_params;
+
+typedef struct qt_tts_result {
+    int32_t * codes;        /* [n_frames * n_codebooks], frame-major; EOS not included */
+    int32_t   n_frames;
+    int32_t   n_codebooks;
+    bool      reached_eos;  /* false when the frame cap stopped generation */
+} qt_tts_result;
+
 /* Library version string ("MAJOR.MINOR.PATCH") and the ABI range this build accepts. */
 QT_API const char * qt_version(void);
 QT_API int32_t      qt_abi_version(void);
@@ -138,6 +186,26 @@ QT_API qt_status qt_extract_voice_ref(qt_context * ctx, const float * pcm_24k, i
 
 /* Releases what qt_extract_voice_ref() allocated and zeroes the struct. NULL is a no-op. */
 QT_API void qt_voice_ref_free(qt_voice_ref * ref);
+
+/* Defaults: the model card's sampling (talker and predictor temperature 0.9, top-k 50, top-p
+ * 1.0, repetition penalty 1.05), x-vector mode, language "auto", seed 0, derived frame cap. */
+QT_API qt_tts_params qt_tts_default_params(void);
+
+/* The frame cap when qt_tts_params.max_frames <= 0. The model can run on without emitting EOS,
+ * so generation stops after 3 s plus 1 s per text token (12.5 frames per second, at most 8192
+ * frames): about three times what speech at a normal rate needs. */
+QT_API int32_t qt_default_max_frames(int32_t n_text_ids);
+
+/* Generates the codec codes of the text in the voice, frame by frame, until EOS or the frame
+ * cap. Returns QT_STATUS_OK with `out` owning the codes (free with qt_tts_result_free);
+ * QT_STATUS_INVALID_PARAMS for NULL or inconsistent arguments (ABI version, ids, language,
+ * voice width); QT_STATUS_INVALID_MODE for in-context mode without transcript or codes;
+ * QT_STATUS_CANCELLED when the cancel callback asked for it (nothing is kept; the context stays
+ * usable); QT_STATUS_OUT_OF_MEMORY or QT_STATUS_FAILED otherwise. On error `out` is zeroed. */
+QT_API qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_result * out);
+
+/* Releases what qt_synthesize() allocated and zeroes the struct. NULL is a no-op. */
+QT_API void qt_tts_result_free(qt_tts_result * result);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -112,7 +113,80 @@ public:
         return py::make_tuple(embedding, codes);
     }
 
+    // Returns (codes int32 [frames, n_codebooks], reached_eos). Cancellable from another thread
+    // with cancel(); raises EngineError with status STATUS_CANCELLED then.
+    py::tuple synthesize(py::array_t<int32_t, py::array::c_style | py::array::forcecast> text_ids,
+                         py::array_t<float, py::array::c_style | py::array::forcecast> speaker_embedding,
+                         std::optional<py::array_t<int32_t, py::array::c_style | py::array::forcecast>> ref_codes,
+                         std::optional<py::array_t<int32_t, py::array::c_style | py::array::forcecast>> ref_text_ids,
+                         const std::string & language, py::dict talker_sampling, py::dict predictor_sampling,
+                         uint64_t seed, int32_t max_frames) {
+        qt_context * ctx = checked();
+        if (text_ids.ndim() != 1 || speaker_embedding.ndim() != 1) {
+            throw py::value_error("text_ids and speaker_embedding must be 1-D");
+        }
+        qt_voice_ref voice{};
+        voice.speaker_embedding = const_cast<float *>(speaker_embedding.data());
+        voice.n_embd = int32_t(speaker_embedding.shape(0));
+        qt_tts_params p = qt_tts_default_params();
+        p.text_ids = text_ids.data();
+        p.n_text_ids = int32_t(text_ids.shape(0));
+        p.voice = &voice;
+        if (ref_codes && ref_text_ids) {
+            if (ref_codes->ndim() != 2 || ref_text_ids->ndim() != 1) {
+                throw py::value_error("ref_codes must be [frames, codebooks] and ref_text_ids 1-D");
+            }
+            voice.codes = const_cast<int32_t *>(ref_codes->data());
+            voice.n_frames = int32_t(ref_codes->shape(0));
+            voice.n_codebooks = int32_t(ref_codes->shape(1));
+            p.ref_text_ids = ref_text_ids->data();
+            p.n_ref_text_ids = int32_t(ref_text_ids->shape(0));
+            p.mode = QT_CLONE_IN_CONTEXT;
+        }
+        p.language = language.c_str();
+        read_sampling(talker_sampling, p.talker_sampling);
+        read_sampling(predictor_sampling, p.predictor_sampling);
+        p.seed = seed;
+        p.max_frames = max_frames;
+        cancel_requested_ = false;
+        p.cancel_callback = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
+        p.cancel_callback_user_data = &cancel_requested_;
+        qt_tts_result res;
+        int status;
+        {
+            py::gil_scoped_release release;
+            status = qt_synthesize(ctx, &p, &res);
+        }
+        if (status != QT_STATUS_OK) {
+            raise_status(status, qt_last_error());
+        }
+        py::array_t<int32_t> codes({ res.n_frames, res.n_codebooks });
+        std::memcpy(codes.mutable_data(), res.codes, sizeof(int32_t) * size_t(res.n_frames) * size_t(res.n_codebooks));
+        const bool eos = res.reached_eos;
+        qt_tts_result_free(&res);
+        return py::make_tuple(codes, eos);
+    }
+
+    void cancel() { cancel_requested_ = true; }
+
 private:
+    static void read_sampling(const py::dict & d, qt_sampling & s) {
+        for (auto item : d) {
+            const std::string key = py::str(item.first);
+            if (key == "temperature") {
+                s.temperature = item.second.cast<float>();
+            } else if (key == "top_k") {
+                s.top_k = item.second.cast<int32_t>();
+            } else if (key == "top_p") {
+                s.top_p = item.second.cast<float>();
+            } else if (key == "repetition_penalty") {
+                s.repetition_penalty = item.second.cast<float>();
+            } else {
+                throw py::value_error("unknown sampling parameter '" + key + "'");
+            }
+        }
+    }
+
     qt_context * checked() const {
         if (!ctx_) {
             throw py::value_error("the engine context is closed");
@@ -122,6 +196,7 @@ private:
 
     qt_context *                ctx_ = nullptr;
     std::unique_ptr<log_target> log_;
+    std::atomic<bool>           cancel_requested_{ false };
 };
 
 // Quantizes rows of a float32 matrix [n_rows, n_per_row] to `type` with ggml's own
@@ -186,5 +261,11 @@ PYBIND11_MODULE(_engine, m) {
              py::arg("log_callback") = py::none())
         .def("close", &engine_context::close)
         .def("model_info", &engine_context::model_info)
-        .def("extract_voice_ref", &engine_context::extract_voice_ref, py::arg("pcm"));
+        .def("extract_voice_ref", &engine_context::extract_voice_ref, py::arg("pcm"))
+        .def("synthesize", &engine_context::synthesize, py::arg("text_ids"), py::arg("speaker_embedding"),
+             py::arg("ref_codes") = py::none(), py::arg("ref_text_ids") = py::none(), py::arg("language") = "auto",
+             py::arg("talker_sampling") = py::dict(), py::arg("predictor_sampling") = py::dict(), py::arg("seed") = 0,
+             py::arg("max_frames") = 0)
+        .def("cancel", &engine_context::cancel, "Asks a running synthesize() on another thread to stop.");
+    m.def("default_max_frames", &qt_default_max_frames, py::arg("n_text_ids"));
 }

@@ -178,6 +178,19 @@ std::vector<int32_t> model_loader::get_i32_array(const char * key) const {
     return std::vector<int32_t>(data, data + gguf_get_arr_n(gguf_.get(), id));
 }
 
+std::vector<std::string> model_loader::get_str_array(const char * key) const {
+    const int64_t id = key_id(key, GGUF_TYPE_ARRAY);
+    if (gguf_get_arr_type(gguf_.get(), id) != GGUF_TYPE_STRING) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s is corrupt: metadata key '%s' is not a string array", path_.c_str(), key));
+    }
+    std::vector<std::string> out;
+    for (size_t i = 0; i < gguf_get_arr_n(gguf_.get(), id); ++i) {
+        out.emplace_back(gguf_get_arr_str(gguf_.get(), id, i));
+    }
+    return out;
+}
+
 bool model_loader::has_tensor(const std::string & name) const { return tensors_.count(name) != 0; }
 
 ggml_tensor * model_loader::require(const std::string & name) {

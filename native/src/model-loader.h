@@ -27,6 +27,7 @@ public:
     float       get_f32(const char * key) const;
     std::string get_str(const char * key) const;
     std::vector<int32_t> get_i32_array(const char * key) const;
+    std::vector<std::string> get_str_array(const char * key) const;
 
     // The tensor `name` with exactly the dimensions `ne` (ggml order, innermost first).
     ggml_tensor * require(const std::string & name, std::initializer_list<int64_t> ne);

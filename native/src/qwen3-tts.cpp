@@ -7,8 +7,10 @@
 #include "log.h"
 #include "mel.h"
 #include "model-loader.h"
+#include "session.h"
 #include "speaker-encoder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -22,6 +24,8 @@
 static constexpr int32_t k_max_ref_samples = 60 * 24000;
 // Shortest: one second; the speaker embedding of anything shorter is unreliable.
 static constexpr int32_t k_min_ref_samples = 24000;
+// Most frames one request may generate: the model's max_new_tokens (about 11 minutes).
+static constexpr int32_t k_max_frames = 8192;
 
 struct qt_context {
     qt::log_sink                      log;
@@ -32,6 +36,11 @@ struct qt_context {
     qt::mel_frontend                  mel{ 24000 };
     qt::speaker_encoder               speaker;
     qt::codec_encoder                 codec_enc;
+    qt::talker                        talker;
+    qt::prompt_builder                prompts;
+    qt::code_predictor                predictor;
+    std::vector<std::string>          language_names;  // parallel to prompts.language_ids()
+    int32_t                           eos_id = 0;
     qt_model_info                     info{};
 };
 
@@ -147,6 +156,15 @@ qt_context * qt_init(const qt_init_params * params) {
         qt::model_loader loader(params->model_path, ctx->backend->get());
         ctx->speaker.load(loader);
         ctx->codec_enc.load(loader);
+        ctx->talker.load(loader);
+        ctx->prompts.load(loader, ctx->talker);
+        ctx->predictor.load(loader, ctx->talker);
+        ctx->language_names = loader.get_str_array(QT_KEY_TALKER_LANG_NAMES);
+        ctx->eos_id = int32_t(loader.get_u32(QT_KEY_CODEC_EOS_ID));
+        if (ctx->language_names.size() != ctx->prompts.language_ids().size()) {
+            throw qt::error(QT_STATUS_INVALID_PARAMS, qt::format("%s is corrupt: language names and ids differ in number",
+                                                                 params->model_path));
+        }
         fill_model_info(loader, ctx->info, ctx->speaker, ctx->codec_enc);
         const size_t weight_bytes = loader.weight_bytes();
         ctx->weights_ctx = loader.take_context();
@@ -221,6 +239,146 @@ qt_status qt_extract_voice_ref(qt_context * ctx, const float * pcm_24k, int32_t 
         *out = result;
     }
     return status;
+}
+
+qt_tts_params qt_tts_default_params(void) {
+    const qt_sampling card = {
+        /*.temperature        =*/ 0.9f,
+        /*.top_k              =*/ 50,
+        /*.top_p              =*/ 1.0f,
+        /*.repetition_penalty =*/ 1.05f,
+    };
+    qt_tts_params p = {
+        /*.abi_version               =*/ QT_ABI_VERSION,
+        /*.text_ids                  =*/ nullptr,
+        /*.n_text_ids                =*/ 0,
+        /*.ref_text_ids              =*/ nullptr,
+        /*.n_ref_text_ids            =*/ 0,
+        /*.voice                     =*/ nullptr,
+        /*.mode                      =*/ QT_CLONE_XVECTOR,
+        /*.language                  =*/ nullptr,
+        /*.talker_sampling           =*/ card,
+        /*.predictor_sampling        =*/ card,
+        /*.seed                      =*/ 0,
+        /*.max_frames                =*/ 0,
+        /*.cancel_callback           =*/ nullptr,
+        /*.cancel_callback_user_data =*/ nullptr,
+    };
+    p.predictor_sampling.repetition_penalty = 1.0f;
+    return p;
+}
+
+int32_t qt_default_max_frames(int32_t n_text_ids) {
+    const int64_t frames = int64_t(12.5 * (3.0 + std::max<int32_t>(n_text_ids, 0)));
+    return int32_t(std::min<int64_t>(frames, k_max_frames));
+}
+
+qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_result * out) {
+    if (out) {
+        memset(out, 0, sizeof(*out));
+    }
+    if (!ctx || !params || !out) {
+        qt::set_last_error("qt_synthesize: NULL argument");
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    if (!abi_in_range(params->abi_version)) {
+        return reject_abi("qt_tts_params", params->abi_version);
+    }
+    if (!params->voice || !params->voice->speaker_embedding) {
+        qt::set_last_error("qt_synthesize: no voice given");
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    if (params->voice->n_embd != ctx->info.n_speaker_embd) {
+        qt::set_last_error(qt::format("the voice's speaker embedding has %d values; this %s model needs %d (the voice "
+                                      "was made with another model size)",
+                                      params->voice->n_embd, ctx->info.variant, ctx->info.n_speaker_embd));
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    if (params->mode != QT_CLONE_XVECTOR && params->mode != QT_CLONE_IN_CONTEXT) {
+        qt::set_last_error(qt::format("unknown clone mode %d", int(params->mode)));
+        return QT_STATUS_INVALID_MODE;
+    }
+    if (params->max_frames > k_max_frames) {
+        qt::set_last_error(qt::format("max_frames %d is over the model's limit of %d frames (%.0f s)", params->max_frames,
+                                      k_max_frames, k_max_frames / 12.5));
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    const bool in_context = params->mode == QT_CLONE_IN_CONTEXT;
+    if (in_context && params->voice->n_codebooks != ctx->info.n_codebooks) {
+        qt::set_last_error(qt::format("the voice's reference codes have %d codebooks; the model needs %d",
+                                      params->voice->n_codebooks, ctx->info.n_codebooks));
+        return QT_STATUS_INVALID_MODE;
+    }
+    int32_t language_id = -1;
+    const std::string language = params->language ? params->language : "auto";
+    if (language != "auto") {
+        const auto it = std::find(ctx->language_names.begin(), ctx->language_names.end(), language);
+        if (it == ctx->language_names.end()) {
+            std::string known = "auto";
+            for (const auto & name : ctx->language_names) {
+                known += ", " + name;
+            }
+            qt::set_last_error(qt::format("unknown language '%s'; the model knows: %s", language.c_str(), known.c_str()));
+            return QT_STATUS_INVALID_PARAMS;
+        }
+        language_id = ctx->prompts.language_ids()[size_t(it - ctx->language_names.begin())];
+    }
+
+    qt::log_scope scope(ctx->log);
+    qt::synthesis_result result;
+    const qt_status status = guarded([&] {
+        qt::synthesis_request req;
+        req.prompt.text_ids = params->text_ids;
+        req.prompt.n_text_ids = params->text_ids ? params->n_text_ids : 0;
+        req.prompt.ref_ids = params->ref_text_ids;
+        req.prompt.n_ref_ids = params->ref_text_ids ? params->n_ref_text_ids : 0;
+        req.prompt.speaker = params->voice->speaker_embedding;
+        req.prompt.ref_codes = params->voice->codes;
+        req.prompt.n_ref_frames = params->voice->codes ? params->voice->n_frames : 0;
+        req.prompt.language_id = language_id;
+        req.prompt.in_context = in_context;
+        const qt_sampling & ts = params->talker_sampling;
+        req.talker.temperature = ts.temperature;
+        req.talker.top_k = ts.top_k;
+        req.talker.top_p = ts.top_p;
+        req.talker.repetition_penalty = ts.repetition_penalty;
+        req.talker.eos_id = ctx->eos_id;
+        req.talker.suppress_begin = ctx->talker.hparams().vocab - 1024;  // the control ids, as the reference
+        req.talker.suppress_end = ctx->talker.hparams().vocab;
+        req.talker.seed = params->seed;
+        const qt_sampling & ps = params->predictor_sampling;
+        req.predictor.temperature = ps.temperature;
+        req.predictor.top_k = ps.top_k;
+        req.predictor.top_p = ps.top_p;
+        req.predictor.seed = params->seed;
+        req.max_frames = params->max_frames > 0 ? params->max_frames : qt_default_max_frames(params->n_text_ids);
+        if (params->cancel_callback) {
+            req.cancelled = [params] { return params->cancel_callback(params->cancel_callback_user_data); };
+        }
+        result = qt::synthesize(*ctx->backend, ctx->dumper, { ctx->talker, ctx->prompts, ctx->predictor }, req);
+    });
+    if (status != QT_STATUS_OK) {
+        return status;
+    }
+    out->n_frames = int32_t(result.n_frames);
+    out->n_codebooks = result.n_codebooks;
+    out->reached_eos = result.reached_eos;
+    out->codes = static_cast<int32_t *>(malloc(std::max<size_t>(result.codes.size(), 1) * sizeof(int32_t)));
+    if (!out->codes) {
+        memset(out, 0, sizeof(*out));
+        qt::set_last_error("out of memory");
+        return QT_STATUS_OUT_OF_MEMORY;
+    }
+    std::copy(result.codes.begin(), result.codes.end(), out->codes);
+    return QT_STATUS_OK;
+}
+
+void qt_tts_result_free(qt_tts_result * result) {
+    if (!result) {
+        return;
+    }
+    free(result->codes);
+    memset(result, 0, sizeof(*result));
 }
 
 void qt_voice_ref_free(qt_voice_ref * ref) {

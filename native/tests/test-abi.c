@@ -27,8 +27,24 @@ static void check_abi_rejected(int32_t version) {
     CHECK(strstr(qt_last_error(), "abi_version") != NULL);
 }
 
+static void check_tts_abi_rejected(int32_t version) {
+    char expected_range[64];
+    qt_tts_params p = qt_tts_default_params();
+    qt_tts_result res;
+    p.abi_version = version;
+    /* a context is needed to reach the check; the range is checked before anything else of
+     * the params, so a fake non-NULL context must never be touched */
+    CHECK(qt_synthesize((qt_context *) &p, &p, &res) == QT_STATUS_INVALID_PARAMS);
+    snprintf(expected_range, sizeof(expected_range), "%d to %d", QT_ABI_MIN_VERSION, QT_ABI_VERSION);
+    CHECK(strstr(qt_last_error(), expected_range) != NULL);
+    CHECK(strstr(qt_last_error(), "qt_tts_params.abi_version") != NULL);
+    CHECK(res.codes == NULL && res.n_frames == 0);
+}
+
 int main(void) {
     qt_init_params p = qt_init_default_params();
+    qt_tts_params tp = qt_tts_default_params();
+    qt_tts_result res;
     qt_voice_ref ref;
     qt_model_info info;
 
@@ -67,6 +83,25 @@ int main(void) {
     CHECK(qt_extract_voice_ref(NULL, NULL, 0, &ref) == QT_STATUS_INVALID_PARAMS);
     CHECK(ref.speaker_embedding == NULL && ref.codes == NULL && ref.n_frames == 0);
     CHECK(qt_get_model_info(NULL, &info) == QT_STATUS_INVALID_PARAMS);
+
+    /* synthesis defaults: the model card's sampling, x-vector mode, auto language, derived cap */
+    CHECK(tp.abi_version == QT_ABI_VERSION);
+    CHECK(tp.text_ids == NULL && tp.n_text_ids == 0 && tp.ref_text_ids == NULL && tp.n_ref_text_ids == 0);
+    CHECK(tp.voice == NULL && tp.mode == QT_CLONE_XVECTOR && tp.language == NULL);
+    CHECK(tp.talker_sampling.temperature == 0.9f && tp.talker_sampling.top_k == 50);
+    CHECK(tp.talker_sampling.top_p == 1.0f && tp.talker_sampling.repetition_penalty == 1.05f);
+    CHECK(tp.predictor_sampling.temperature == 0.9f && tp.predictor_sampling.top_k == 50);
+    CHECK(tp.predictor_sampling.top_p == 1.0f && tp.predictor_sampling.repetition_penalty == 1.0f);
+    CHECK(tp.seed == 0 && tp.max_frames == 0);
+    CHECK(tp.cancel_callback == NULL && tp.cancel_callback_user_data == NULL);
+    CHECK(qt_default_max_frames(0) == 37);
+    CHECK(qt_default_max_frames(10) == 162);
+    CHECK(qt_default_max_frames(100000) == 8192);
+    check_tts_abi_rejected(QT_ABI_MIN_VERSION - 1);
+    check_tts_abi_rejected(QT_ABI_VERSION + 1);
+    CHECK(qt_synthesize(NULL, &tp, &res) == QT_STATUS_INVALID_PARAMS);
+    CHECK(res.codes == NULL);
+    qt_tts_result_free(NULL);
 
     /* status codes: success is zero, errors negative and distinct */
     CHECK(QT_STATUS_OK == 0);
