@@ -39,6 +39,17 @@ def test_perf_lines_reach_python_logging(converted, caplog):
     assert "[Perf] speaker embedding" in text and "reference codes" in text
 
 
+def test_generation_perf_lines(converted, caplog):
+    from vocable import Voice
+    voice = Voice(reference("0.6b", "speaker_embedding"))
+    with caplog.at_level(logging.INFO, logger="vocable.engine"):
+        with Engine(converted("0.6b", "f32"), threads=2) as engine:
+            engine.synthesize("Hello world.", voice, greedy=True, max_frames=5)
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name == "vocable.engine")
+    for part in ("[Perf] prompt build", "prefill", "time to first frame", "talker", "ms/frame", "code predictor"):
+        assert part in text
+
+
 def test_gil_is_released_while_computing(converted):
     """Another Python thread keeps running while the engine embeds a long clip."""
     clip = np.tile(reference("0.6b", "ref_wav_24k"), 20)  # 60 s
