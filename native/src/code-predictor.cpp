@@ -167,24 +167,10 @@ void code_predictor::load(model_loader & ml, const talker & model) {
 
     const int64_t H = hp_.hidden;
     const int64_t Ht = hp_.talker_hidden;
-    const int64_t q_dim = int64_t(hp_.heads) * hp_.head_dim;
-    const int64_t kv_dim = int64_t(hp_.kv_heads) * hp_.head_dim;
     layers_.clear();
+    const qwen3_geometry geometry = { hp_.hidden, hp_.ffn, hp_.heads, hp_.kv_heads, hp_.head_dim };
     for (int i = 0; i < hp_.layers; ++i) {
-        const std::string p = "cp.blk." + std::to_string(i) + ".";
-        layer l;
-        l.attn_norm = ml.require(p + "attn_norm.weight", { H });
-        l.q = ml.require(p + "attn_q.weight", { H, q_dim });
-        l.k = ml.require(p + "attn_k.weight", { H, kv_dim });
-        l.v = ml.require(p + "attn_v.weight", { H, kv_dim });
-        l.o = ml.require(p + "attn_o.weight", { q_dim, H });
-        l.q_norm = ml.require(p + "attn_q_norm.weight", { hp_.head_dim });
-        l.k_norm = ml.require(p + "attn_k_norm.weight", { hp_.head_dim });
-        l.ffn_norm = ml.require(p + "ffn_norm.weight", { H });
-        l.gate = ml.require(p + "ffn_gate.weight", { H, hp_.ffn });
-        l.up = ml.require(p + "ffn_up.weight", { H, hp_.ffn });
-        l.down = ml.require(p + "ffn_down.weight", { hp_.ffn, H });
-        layers_.push_back(l);
+        layers_.push_back(load_qwen3_layer(ml, "cp.blk." + std::to_string(i) + ".", geometry));
     }
     output_norm_ = ml.require("cp.output_norm.weight", { H });
     heads_.clear();

@@ -23,6 +23,7 @@
 
 #include "graph.h"
 #include "model-loader.h"
+#include "qwen3-layer.h"
 #include "talker.h"
 
 #include <cstdint>
@@ -75,19 +76,7 @@ public:
 private:
     friend class code_predictor_state;
 
-    struct layer {
-        ggml_tensor * attn_norm = nullptr;
-        ggml_tensor * q = nullptr;       // (hidden, heads * head_dim)
-        ggml_tensor * k = nullptr;       // (hidden, kv_heads * head_dim)
-        ggml_tensor * v = nullptr;
-        ggml_tensor * o = nullptr;       // (heads * head_dim, hidden)
-        ggml_tensor * q_norm = nullptr;  // (head_dim)
-        ggml_tensor * k_norm = nullptr;
-        ggml_tensor * ffn_norm = nullptr;
-        ggml_tensor * gate = nullptr;    // (hidden, ffn)
-        ggml_tensor * up = nullptr;
-        ggml_tensor * down = nullptr;    // (ffn, hidden)
-    };
+    using layer = qwen3_layer;
 
     code_predictor_hparams     hp_;
     std::vector<layer>         layers_;

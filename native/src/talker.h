@@ -18,6 +18,7 @@
 
 #include "graph.h"
 #include "model-loader.h"
+#include "qwen3-layer.h"
 
 #include <cstdint>
 #include <vector>
@@ -62,19 +63,7 @@ public:
 private:
     friend class talker_state;
 
-    struct layer {
-        ggml_tensor * attn_norm = nullptr;
-        ggml_tensor * q = nullptr;       // (hidden, heads * head_dim)
-        ggml_tensor * k = nullptr;       // (hidden, kv_heads * head_dim)
-        ggml_tensor * v = nullptr;
-        ggml_tensor * o = nullptr;       // (heads * head_dim, hidden)
-        ggml_tensor * q_norm = nullptr;  // (head_dim)
-        ggml_tensor * k_norm = nullptr;
-        ggml_tensor * ffn_norm = nullptr;
-        ggml_tensor * gate = nullptr;    // (hidden, ffn)
-        ggml_tensor * up = nullptr;
-        ggml_tensor * down = nullptr;    // (ffn, hidden)
-    };
+    using layer = qwen3_layer;
 
     // One decoder layer over x = (hidden, T). `attend(q, k, v)` gets the roped queries (head_dim,
     // heads, T), keys (head_dim, kv_heads, T) and the values (kv_heads * head_dim, T), writes K

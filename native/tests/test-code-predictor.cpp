@@ -123,22 +123,6 @@ std::unique_ptr<loaded_model> load(const std::string & path, const qt::cpu_backe
     return m;
 }
 
-std::string make_temp_dir() {
-    char tmpl[] = "/tmp/test-cp-XXXXXX";
-    const char * d = mkdtemp(tmpl);
-    if (!d) {
-        throw std::runtime_error("mkdtemp failed");
-    }
-    return d;
-}
-
-void remove_dir(const std::string & dir) {
-    const std::string cmd = "rm -rf '" + dir + "'";
-    if (system(cmd.c_str()) != 0) {
-        fprintf(stderr, "warning: could not remove %s\n", dir.c_str());
-    }
-}
-
 // The distinct types of the code predictor's matrices, e.g. "f16+q8_0".
 std::string type_name_of(const loaded_model & m) {
     std::vector<std::string> names;
@@ -206,7 +190,7 @@ mode_result run_mode(const std::string & ref, const char * mode, loaded_model & 
               "%s: reference shapes (%lld x %lld logits, %lld codebooks)", mode, (long long) logits_ref.rows(),
               (long long) logits_ref.cols(), (long long) n_cb);
         // frame 0 running free, with the stage dump
-        const std::string dump_dir = make_temp_dir();
+        const std::string dump_dir = test::make_temp_dir();
         qt::stage_dumper dumper(dump_dir);
         st.predict(pre_ref.f32.data(), codes.i32[0], 0, got.data(), next.data(), &dumper);
         const std::vector<float> logits = st.last_logits();
@@ -227,7 +211,7 @@ mode_result run_mode(const std::string & ref, const char * mode, loaded_model & 
         check(same0 == hp.n_codes && logits == forced_logits,
               "%s frame 0: greedy codes 1..%d equal the reference (%d/%d), logits as under teacher forcing", mode,
               hp.n_codes, same0, hp.n_codes);
-        remove_dir(dump_dir);
+        test::remove_dir(dump_dir);
     }
 
     // every frame: the talker's prefill / teacher-forced steps give h, the reference gives code0

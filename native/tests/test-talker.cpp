@@ -16,6 +16,7 @@
 #include "model-loader.h"
 #include "sampler.h"
 #include "talker.h"
+#include "test-util.h"
 
 #include <algorithm>
 #include <cstdarg>
@@ -33,6 +34,11 @@
 
 namespace {
 
+using test::cosine;
+using test::max_abs_diff;
+using test::npy_array;
+using test::npy_read;
+
 int failures = 0;
 
 void check(bool ok, const char * fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -46,108 +52,6 @@ void check(bool ok, const char * fmt, ...) {
     if (!ok) {
         ++failures;
     }
-}
-
-// ---- .npy reading ----------------------------------------------------------------------------
-
-struct npy_array {
-    std::vector<int64_t> shape;
-    std::vector<float>   f32;  // float arrays
-    std::vector<int32_t> i32;  // int arrays
-    int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
-    int64_t cols() const { return shape.size() < 2 ? 1 : shape[1]; }
-};
-
-// Reads a C-order little-endian float32 or int32 array (format 1.0 or 2.0).
-npy_array npy_read(const std::string & path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-        throw std::runtime_error("cannot open " + path);
-    }
-    char magic[8];
-    f.read(magic, 8);
-    if (!f || memcmp(magic, "\x93NUMPY", 6) != 0) {
-        throw std::runtime_error(path + " is not a .npy file");
-    }
-    uint32_t header_len = 0;
-    if (magic[6] == 1) {
-        uint16_t n = 0;
-        f.read(reinterpret_cast<char *>(&n), 2);
-        header_len = n;
-    } else {
-        f.read(reinterpret_cast<char *>(&header_len), 4);
-    }
-    std::string header(header_len, '\0');
-    f.read(&header[0], header_len);
-    auto field = [&](const char * key) {
-        const size_t at = header.find(key);
-        if (at == std::string::npos) {
-            throw std::runtime_error(path + ": header lacks " + key);
-        }
-        return at + strlen(key);
-    };
-    size_t d = header.find('\'', field("'descr':"));
-    const std::string descr = header.substr(d + 1, header.find('\'', d + 1) - d - 1);
-    if (header.find("True", field("'fortran_order':")) < header.find(',', field("'fortran_order':"))) {
-        throw std::runtime_error(path + ": Fortran order");
-    }
-    npy_array a;
-    size_t s = header.find('(', field("'shape':")) + 1;
-    const size_t e = header.find(')', s);
-    while (s < e) {
-        char * end = nullptr;
-        const long long v = strtoll(header.c_str() + s, &end, 10);
-        if (end == header.c_str() + s) {
-            break;
-        }
-        a.shape.push_back(v);
-        s = size_t(end - header.c_str());
-        while (s < e && (header[s] == ',' || header[s] == ' ')) {
-            ++s;
-        }
-    }
-    int64_t n = 1;
-    for (int64_t v : a.shape) {
-        n *= v;
-    }
-    if (descr == "<f4") {
-        a.f32.resize(size_t(n));
-        f.read(reinterpret_cast<char *>(a.f32.data()), std::streamsize(n * 4));
-    } else if (descr == "<i4") {
-        a.i32.resize(size_t(n));
-        f.read(reinterpret_cast<char *>(a.i32.data()), std::streamsize(n * 4));
-    } else {
-        throw std::runtime_error(path + ": unsupported dtype " + descr);
-    }
-    if (!f) {
-        throw std::runtime_error(path + ": truncated");
-    }
-    return a;
-}
-
-double cosine(const float * a, const float * b, size_t n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; ++i) {
-        ab += double(a[i]) * b[i];
-        aa += double(a[i]) * a[i];
-        bb += double(b[i]) * b[i];
-    }
-    return ab / (std::sqrt(aa) * std::sqrt(bb) + 1e-300);
-}
-
-double cosine(const std::vector<float> & a, const std::vector<float> & b) {
-    return a.size() == b.size() ? cosine(a.data(), b.data(), a.size()) : -2.0;
-}
-
-double max_abs_diff(const std::vector<float> & a, const std::vector<float> & b) {
-    if (a.size() != b.size()) {
-        return INFINITY;
-    }
-    double m = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        m = std::max(m, double(std::fabs(a[i] - b[i])));
-    }
-    return m;
 }
 
 // ---- sampler ---------------------------------------------------------------------------------
@@ -292,22 +196,6 @@ std::unique_ptr<loaded_model> load(const std::string & path, const qt::cpu_backe
     return m;
 }
 
-std::string make_temp_dir() {
-    char tmpl[] = "/tmp/test-talker-XXXXXX";
-    const char * d = mkdtemp(tmpl);
-    if (!d) {
-        throw std::runtime_error("mkdtemp failed");
-    }
-    return d;
-}
-
-void remove_dir(const std::string & dir) {
-    const std::string cmd = "rm -rf '" + dir + "'";
-    if (system(cmd.c_str()) != 0) {
-        fprintf(stderr, "warning: could not remove %s\n", dir.c_str());
-    }
-}
-
 std::vector<float> row(const npy_array & a, int64_t r) {
     const int64_t c = a.cols();
     return std::vector<float>(a.f32.begin() + r * c, a.f32.begin() + (r + 1) * c);
@@ -408,7 +296,7 @@ mode_result run_mode(const std::string & ref, const char * mode, loaded_model & 
     const int64_t T = prefill.rows();
     const int64_t S = steps.rows();
 
-    const std::string dump_dir = strict ? make_temp_dir() : std::string();
+    const std::string dump_dir = strict ? test::make_temp_dir() : std::string();
     qt::stage_dumper dumper(dump_dir);
     qt::talker_state st(m.talker, backend, T + S, kv_type);
     qt::talker_output out;
@@ -437,7 +325,7 @@ mode_result run_mode(const std::string & ref, const char * mode, loaded_model & 
         const npy_array cp = npy_read(p + "cp_step0_prefill_embeds.npy");
         check(cosine(out.hidden, row(cp, 0)) >= 0.9999, "%s: last hidden == cp prefill row 0 (cos %.7f)", mode,
               cosine(out.hidden, row(cp, 0)));
-        remove_dir(dump_dir);
+        test::remove_dir(dump_dir);
     }
 
     // greedy code0 under teacher forcing: the prefill gives frame 0, step s gives frame s + 1;

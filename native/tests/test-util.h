@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -110,6 +112,23 @@ inline double max_abs_diff(const std::vector<float> & a, const std::vector<float
         m = std::max(m, double(std::fabs(a[i] - b[i])));
     }
     return m;
+}
+
+// A fresh directory under /tmp for stage dumps, and its removal.
+inline std::string make_temp_dir() {
+    char tmpl[] = "/tmp/qt-test-XXXXXX";
+    const char * d = mkdtemp(tmpl);
+    if (!d) {
+        throw std::runtime_error("mkdtemp failed");
+    }
+    return d;
+}
+
+inline void remove_dir(const std::string & dir) {
+    const std::string cmd = "rm -rf '" + dir + "'";
+    if (system(cmd.c_str()) != 0) {
+        fprintf(stderr, "warning: could not remove %s\n", dir.c_str());
+    }
 }
 
 } // namespace test
