@@ -19,7 +19,7 @@ from vocable.voice import Voice
 
 def bench_args(tmp_path, **kw):
     args = dict(threads=1, ref_seconds=2.0, repeats=2, cache_dir=str(tmp_path / "cache"), no_reference=True,
-                model=None)
+                model=None, frames=6, types="f32,q8_0")
     args.update(kw)
     return argparse.Namespace(**args)
 
@@ -128,14 +128,19 @@ class FakeEngine:
     codes = (np.arange(4 * 16, dtype=np.int32).reshape(4, 16) * 7) % 2048
 
     def __init__(self, path, threads=None):
+        self.path = path
         self.threads = threads
         self.calls = 0
+        self.closed = False
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        pass
+        self.close()
+
+    def close(self):
+        self.closed = True
 
     def embed_voice(self, samples, rate):
         import logging
@@ -145,6 +150,45 @@ class FakeEngine:
             "[Perf] speaker embedding: %.1f ms, reference codes: %.1f ms (2.00 s clip, 4 frames)",
             10.0 * self.calls, 20.0 * self.calls)
         return Voice(self.embedding, self.codes)
+
+    # per weight type (from the file name): talker, code predictor ms/frame of the first call
+    PERF = {"f32": (40.0, 80.0), "q8_0": (10.0, 20.0)}
+
+    def synthesize(self, text, voice, language="auto", ref_text=None, *, greedy=False, max_frames=None, **kw):
+        import logging
+        from vocable.engine import X_VECTOR, SynthesisResult
+        assert greedy and voice.ref_text is None and language == "English" and max_frames
+        self.calls += 1
+        wt = "q8_0" if "q8_0" in str(self.path) else "f32"
+        talker, predictor = self.PERF[wt]
+        log = logging.getLogger("vocable.engine")
+        log.info("[Perf] prompt build: 0.1 ms (12 positions), prefill: %.1f ms, time to first frame: %.1f ms",
+                 5.0, 7.0 + self.calls)
+        log.info("[Perf] %d frames (frame cap): talker %.1f ms/frame, code predictor %.1f ms/frame, total %.1f ms",
+                 max_frames, talker + self.calls, predictor, 100.0)
+        codes = (np.arange(max_frames * 16, dtype=np.int32).reshape(max_frames, 16) * 5) % 2048
+        if wt == "q8_0":
+            codes[-1] += 1
+        return SynthesisResult(codes, X_VECTOR, "no transcript", False, 0)
+
+
+FAKE_GENERATION_REFERENCE = textwrap.dedent("""
+    import argparse, json, numpy as np
+    ap = argparse.ArgumentParser()
+    for a in ("--model-dir", "--clip", "--outputs", "--threads", "--repeats", "--frames", "--text", "--language",
+              "--speaker-embedding"):
+        ap.add_argument(a)
+    a = ap.parse_args()
+    n, r = int(a.frames), int(a.repeats)
+    codes = (np.arange(n * 16, dtype=np.int32).reshape(n, 16) * 5) % 2048
+    codes[2, 3] += 1
+    np.savez(a.outputs, codes=codes, speaker_embedding=np.load(a.speaker_embedding))
+    print(json.dumps({"package": "fake-qwen-tts", "load_s": 0.2, "frames": n, "frames_requested": n,
+                      "reached_eos": False, "prefill_tokens": 12, "codec_eos_row_zero": True, "language": a.language,
+                      "runs_ms": {"talker_ms_per_frame": [90.0] * r, "code_predictor_ms_per_frame": [240.0] * r,
+                                  "prefill_ms": [50.0] * r, "prompt_build_ms": [1.0] * r},
+                      "versions": {"torch": "0"}}))
+""")
 
 
 FAKE_REFERENCE = textwrap.dedent("""
@@ -170,6 +214,7 @@ def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypat
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "reference_voice_timing.py").write_text(FAKE_REFERENCE)
+    (tools / "reference_generation_timing.py").write_text(FAKE_GENERATION_REFERENCE)
     monkeypatch.setattr(bench, "TOOLS_DIR", tools)
     monkeypatch.setattr(bench, "find_reference_python", lambda: (sys.executable, ""))  # no torch needed
     monkeypatch.setattr("vocable.engine.Engine", FakeEngine)
@@ -189,6 +234,28 @@ def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypat
     assert ag["codes_identical"] == pytest.approx(63 / 64, abs=1e-4) and ag["frames_identical"] == 0.75
     assert "speaker embedding (mel + ECAPA)" in out and "6.67x" in out and "98.4% identical" in out
 
+    # generation: the f32 engine (calls 1-4: voice stages, 5: the generation's voice, 6: warm-up) and a q8_0 one
+    assert rep["frames"] == 6
+    assert stages["f32:talker"]["vocable_runs_ms"] == [47.0, 48.0, 49.0]
+    assert stages["q8_0:talker"]["vocable_runs_ms"] == [12.0, 13.0, 14.0]  # its own engine: calls 2..4
+    assert stages["q8_0:total"]["vocable_ms"] == 33.0 and stages["q8_0:total"]["reference_ms"] == 330.0
+    assert stages["q8_0:total"]["speedup"] == 10.0 and stages["f32:total"]["speedup"] == pytest.approx(330 / 128, abs=1e-3)
+    assert stages["q8_0:prefill"]["reference_ms"] == 50.0 and stages["q8_0:first_frame"]["reference_ms"] is None
+    assert stages["q8_0:prefill"]["label"] == "prefill ms (12 positions)"
+    assert stages["q8_0:total"]["targets"] == [{"what": "ms_per_frame_below", "value": 90.0, "met": True},
+                                               {"what": "speedup_at_least", "value": 4.0, "met": True}]
+    assert stages["f32:total"]["targets"] == [{"what": "speedup_at_least", "value": 4.0, "met": False}]
+    gen = rep["vocable_extra"]["generation"]
+    assert gen["f32"]["frames"] == 6 and gen["f32"]["reached_eos"] is False and gen["f32"]["mode"] == "x-vector"
+    assert gen["q8_0"]["gguf"].endswith("q8_0.gguf") and "load_s" in gen["q8_0"]
+    assert rep["reference_extra"]["generation"]["prefill_tokens"] == 12
+    ag = rep["agreement"]["generation"]
+    assert ag["same_speaker_embedding"] and ag["f32"]["identical"] == pytest.approx(1 - 1 / 96, abs=1e-4)
+    assert ag["f32"]["first_different_frame"] == 2 and ag["q8_0"]["frames_identical"] == pytest.approx(4 / 6, abs=1e-4)
+    assert "< 90 ms: yes, >= 4x: yes" in out and ">= 4x: NO" in out and "reached EOS: none" in out
+    assert "f32 99.0% identical" in out
+    assert not list((tmp_path / "cache" / "work").glob("speaker-*.npy"))
+
 
 def test_run_bench_reference_unavailable(small_model, tmp_path, monkeypatch, capsys):
     spec, cache, model = small_model
@@ -203,14 +270,43 @@ def test_run_bench_reference_unavailable(small_model, tmp_path, monkeypatch, cap
 
 
 def test_run_bench_real_engine_on_a_small_model(small_model, tmp_path, capsys):
-    """The engine itself, end to end (x-vector and codes), on the small random model."""
+    """The engine itself, end to end (voice stages, generation), on the small random model's .gguf."""
     spec, cache, model = small_model
     rc = bench.run_bench(bench_args(tmp_path, model=str(model.gguf), repeats=1))
     out = capsys.readouterr().out
     rep = last_json(out)
     assert rc == 0, out
-    assert all(s["vocable_ms"] and s["vocable_ms"] > 0 for s in rep["stages"])
+    stages = {s["key"]: s for s in rep["stages"]}
+    for key in ("speaker_embedding", "reference_codes", "voice_total", "as converted:prefill", "as converted:first_frame"):
+        assert stages[key]["vocable_ms"] > 0, key
+    assert stages["as converted:total"]["vocable_ms"] is not None
+    gen = rep["vocable_extra"]["generation"]["as converted"]
+    assert gen["frames"] == 6 and gen["reached_eos"] is False   # the EOS row of codec_head is zero
     assert rep["reference"]["status"] == "skipped"
+
+
+def test_run_bench_real_engine_weight_types(small_model, tmp_path, capsys):
+    """An HF folder: converted per weight type (cached), every type's engine runs the full frame count."""
+    spec, cache, model = small_model
+    rc = bench.run_bench(bench_args(tmp_path, model=str(model.hf_dir), repeats=1, frames=4, types="q4_k,f32"))
+    out = capsys.readouterr().out
+    rep = last_json(out)
+    assert rc == 0, out
+    gen = rep["vocable_extra"]["generation"]
+    assert list(gen) == ["f32", "q4_k"]
+    assert all(gen[t]["frames"] == 4 and not gen[t]["reached_eos"] for t in gen)
+    assert gen["q4_k"]["convert_s"] is not None and gen["f32"].get("load_s") is None   # f32: the main engine
+    assert [s["key"] for s in rep["stages"] if s.get("weight_type") == "q4_k"] == \
+        ["q4_k:talker", "q4_k:code_predictor", "q4_k:total", "q4_k:prefill", "q4_k:first_frame"]
+    assert "generation q4_k (4 frames, x-vector, greedy):" in out and "< 60 ms: yes, >= 4x: ?" in out
+
+
+def test_parse_types():
+    from vocable.errors import VocableError
+    assert bench.parse_types(None) == ["f32", "f16", "q8_0", "q4_k"]
+    assert bench.parse_types("Q4_K, f32,q4_k") == ["f32", "q4_k"]
+    with pytest.raises(VocableError, match="q5"):
+        bench.parse_types("f32,q5")
 
 
 @pytest.mark.reference
@@ -229,6 +325,35 @@ def test_reference_script_on_a_small_model(small_model, tmp_path):
     cfg = json.loads((model.hf_dir / "config.json").read_text())
     assert res.outputs["speaker_embedding"].shape == (cfg["speaker_encoder_config"]["enc_dim"],)
     assert res.outputs["reference_codes"].shape == (int(np.ceil(len(clip) / 1920)), 16)
+
+
+@pytest.mark.reference
+def test_reference_generation_script_on_a_small_model(small_model, tmp_path):
+    """tools/bench/reference_generation_timing.py against the real qwen-tts package: the full frame
+    count (EOS row zeroed), the speaker embedding it was given, and codes close to the engine's."""
+    python, why = bench.find_reference_python()
+    if python is None:
+        pytest.skip(why)
+    from vocable import Engine
+    spec, cache, model = small_model
+    clip, _ = bench.make_reference_clip(2.0)
+    np.save(tmp_path / "clip.npy", clip)
+    inp = bench.BenchInput(clip, tmp_path / "clip.npy", tmp_path, threads=1, repeats=1, frames=8,
+                           models={"f32": model}, main_type="f32")
+    group = bench.GenerationStages()
+    with Engine(model.gguf, threads=1) as engine:
+        ours = group.run_vocable(engine, inp)
+    assert ours.error is None, ours.error
+    res = bench.run_reference(group, python, model.hf_dir, inp)
+    assert res.error is None, res.error
+    assert {"talker_ms_per_frame", "code_predictor_ms_per_frame", "prefill_ms"} <= set(res.runs_ms)
+    assert res.extra["frames"] == 8 and res.extra["reached_eos"] is False and res.extra["codec_eos_row_zero"]
+    assert res.extra["talker_steps"] == 8 and res.extra["code_predictor_calls"] == 8
+    assert res.extra["prefill_tokens"] == ours.extra["f32"]["prompt_positions"]
+    assert res.outputs["codes"].shape == (8, 16)
+    ag = group.agreement(ours.outputs, res.outputs)
+    assert ag["same_speaker_embedding"]
+    print(group.describe_agreement(ag))   # reported, not asserted: near-ties may flip
 
 
 def test_reference_clip():

@@ -11,9 +11,18 @@ from tools/bench/ in a subprocess, with the Python named by $VOCABLE_REFERENCE_P
 one when it has torch and qwen_tts; without either it is skipped, with the reason printed. The
 outputs of the two sides are compared too (a cheap end-to-end check on real shapes).
 
-Stage groups (`STAGE_GROUPS`) each own a reference script and an agreement check; the voice
-stages (speaker embedding, reference codes) are the first. Output: progress on stderr; the
-table, then one JSON line with every figure, on stdout.
+Stage groups (`STAGE_GROUPS`) each own a reference script and an agreement check:
+  - voice: speaker embedding and reference codes of the clip (`Engine.embed_voice`);
+  - generation: `Engine.synthesize` of a fixed text for a fixed number of frames (default 50,
+    4 s of audio), x-vector mode with the clip's voice, greedy, for each weight type (f32, f16,
+    q8_0, q4_k: the random model converted once per type and cached); talker and code predictor
+    ms/frame, prefill and time to first frame from the engine's `[Perf]` lines, next to the
+    reference's fp32 talker and code predictor ms/frame (tools/bench/reference_generation_timing.py,
+    same speaker embedding, `max_new_tokens` = frames + 1). The issue's targets are shown with
+    them: talker + code predictor under 60 ms/frame at q4_k and under 90 ms/frame at q8_0 (a
+    frame is 80 ms of audio), and at least 4x faster than the reference. The random model's
+    codec_head row of codec EOS is zeroed, so neither side stops early (reached_eos is reported).
+Output: progress on stderr; the table, then one JSON line with every figure, on stdout.
 """
 from __future__ import annotations
 
@@ -40,6 +49,14 @@ from .errors import VocableError
 SAMPLE_RATE = 24000
 REFERENCE_PYTHON_ENV = "VOCABLE_REFERENCE_PYTHON"
 REFERENCE_TIMEOUT_S = 3600
+DEFAULT_FRAMES = 50
+DEFAULT_TYPES = ("f32", "f16", "q8_0", "q4_k")
+GEN_TEXT = "The quick brown fox jumps over the lazy dog."   # as /work/shared/reference/bench_reference.py
+GEN_LANGUAGE = "English"
+FRAME_MS = 80.0                                                 # audio per codec frame (12.5 Hz)
+# the issue's targets for talker + code predictor per frame: (ms limit by weight type, min speedup)
+TARGET_MS = {"q4_k": 60.0, "q8_0": 90.0}
+TARGET_SPEEDUP = 4.0
 TOOLS_DIR = Path(__file__).resolve().parents[2] / "tools" / "bench"   # source checkouts only
 CLIP_TEXT = ("Okay. Yeah. I resent you. I love you. I respect you. But you know what? You blew it! "
              "And thanks to you. The quick brown fox jumps over the lazy dog. "
@@ -148,6 +165,9 @@ class BenchInput:
     work_dir: Path
     threads: int
     repeats: int
+    frames: int = DEFAULT_FRAMES
+    models: dict = field(default_factory=dict)   # weight type -> BenchModel, for the generation stages
+    main_type: str = "f32"                       # the weight type of the engine passed to run_vocable
 
 
 @dataclass
@@ -176,6 +196,32 @@ class StageGroup:
 
     def describe_agreement(self, agreement: dict) -> str:
         return ""
+
+    def rows(self, o: GroupResult, t: GroupResult | None) -> list[dict]:
+        """The table rows (report "stages" entries) of this group: one per stage, plus the total."""
+        if self.total:   # per-run sums of the group's stages, on both sides
+            for side in (o, t):
+                if side and not side.error and all(side.runs_ms.get(k) for k, _ in self.stages):
+                    side.runs_ms[self.total[0]] = [sum(run) for run in zip(*(side.runs_ms[k] for k, _ in self.stages))]
+        return [stage_row(self.name, key, label, o, t) for key, label in self.stages + ([self.total] if self.total else [])]
+
+
+def stage_row(group: str, key: str, label: str, o: GroupResult, t: GroupResult | None,
+              ref_key: str | None = None, **more) -> dict:
+    """A report row: medians of our runs of `key` and of the reference's runs of `ref_key`."""
+    ref_key = ref_key or key
+    ours = o.runs_ms.get(key, [])
+    theirs = t.runs_ms.get(ref_key, []) if t and not t.error else []
+    v, r = median(ours), median(theirs)
+    row = {"group": group, "key": key, "label": label, "vocable_ms": _round(v), "reference_ms": _round(r),
+           "speedup": round(r / v, 3) if v and r else None,
+           "vocable_min_ms": _round(min(ours or [None])),  # least disturbed
+           "reference_min_ms": _round(min(theirs or [None])),
+           "vocable_runs_ms": [round(x, 2) for x in ours],
+           "reference_runs_ms": [round(x, 2) for x in theirs],
+           "error": o.error}
+    row.update(more)
+    return row
 
 
 class VoiceStages(StageGroup):
@@ -245,7 +291,184 @@ class VoiceStages(StageGroup):
         return "; ".join(parts)
 
 
-STAGE_GROUPS: list[StageGroup] = [VoiceStages()]
+def codes_agreement(x: np.ndarray, y: np.ndarray) -> dict:
+    """Share of identical codes between two [frames, 16] code arrays, over the common frames."""
+    x, y = np.asarray(x), np.asarray(y)
+    out: dict = {"frames": [int(x.shape[0]), int(y.shape[0])]}
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
+        out["shapes"] = [list(x.shape), list(y.shape)]
+        return out
+    n = min(x.shape[0], y.shape[0])
+    if not n:
+        return out
+    same = x[:n] == y[:n]
+    exact = same.all(axis=1)
+    out.update(identical=round(float(same.mean()), 4), identical_codebook0=round(float(same[:, 0].mean()), 4),
+               frames_identical=round(float(exact.mean()), 4),
+               first_different_frame=None if exact.all() else int(np.argmin(exact)))
+    return out
+
+
+class GenerationStages(StageGroup):
+    """`Engine.synthesize` (x-vector, greedy, a fixed frame count) for each weight type, against
+    the reference's fp32 `generate_voice_clone` with the same speaker embedding."""
+    name = "generation"
+    reference_script = "reference_generation_timing.py"
+    text, language = GEN_TEXT, GEN_LANGUAGE
+    _PROMPT = re.compile(r"\[Perf\] prompt build: ([\d.]+) ms \((\d+) positions\), prefill: ([\d.]+) ms, "
+                         r"time to first frame: ([\d.]+) ms")
+    _FRAMES = re.compile(r"\[Perf\] (\d+) frames \((?:EOS|frame cap)\): talker ([\d.]+) ms/frame, "
+                         r"code predictor ([\d.]+) ms/frame, total ([\d.]+) ms")
+    # (key suffix, label, reference key): per weight type; "total" is the per-run sum of the first two
+    ROWS = [("talker", "talker ms/frame", "talker_ms_per_frame"),
+            ("code_predictor", "code predictor ms/frame", "code_predictor_ms_per_frame"),
+            ("total", "talker + code predictor ms/frame", "total_ms_per_frame"),
+            ("prefill", "prefill ms", "prefill_ms"),
+            ("first_frame", "time to first frame ms", None)]
+
+    def __init__(self) -> None:
+        self.speaker_path: Path | None = None
+        self.frames = DEFAULT_FRAMES
+        self.types: list[str] = []
+
+    def run_vocable(self, engine, inp: BenchInput) -> GroupResult:
+        from .engine import X_VECTOR, Engine
+
+        self.frames = inp.frames
+        self.types = list(inp.models) or [inp.main_type]
+        res = GroupResult()
+        voice = engine.embed_voice(inp.clip, SAMPLE_RATE)   # no transcript: x-vector mode
+        self.speaker_path = inp.work_dir / f"speaker-{os.getpid()}.npy"
+        np.save(self.speaker_path, np.asarray(voice.speaker_embedding, dtype=np.float32))
+        res.outputs["speaker_embedding"] = np.asarray(voice.speaker_embedding)
+        errors = []
+        for wt in self.types:
+            model = inp.models.get(wt)
+            own = model is not None and wt != inp.main_type
+            info: dict = {"gguf": str(model.gguf) if model else None,
+                          "gguf_bytes": model.gguf_bytes if model else None,
+                          "convert_s": model.convert_s if model else None}
+            res.extra[wt] = info
+            try:
+                _say(f"engine: generation, {wt}, {inp.frames} frames, 1 warm-up + {inp.repeats} run(s)")
+                if own:
+                    with engine_perf_lines():
+                        t0 = time.perf_counter()
+                        eng = Engine(model.gguf, threads=inp.threads)
+                        info["load_s"] = round(time.perf_counter() - t0, 3)
+                else:
+                    eng = engine
+                try:
+                    self._time_type(eng, wt, voice, inp, res, info)
+                finally:
+                    if own:
+                        eng.close()
+                if info.get("mode") != X_VECTOR:
+                    raise VocableError(f"{wt}: the engine ran {info.get('mode')} mode, not {X_VECTOR}")
+            except VocableError as e:
+                info["error"] = str(e)
+                errors.append(f"{wt}: {e}")
+        if errors:
+            res.error = "; ".join(errors)
+        return res
+
+    def _time_type(self, eng, wt: str, voice, inp: BenchInput, res: GroupResult, info: dict) -> None:
+        runs = {k: [] for k, _, _ in self.ROWS}
+        walls = []
+        for i in range(1 + inp.repeats):
+            with engine_perf_lines() as lines:
+                t0 = time.perf_counter()
+                out = eng.synthesize(self.text, voice, self.language, greedy=True, max_frames=inp.frames)
+                wall = 1e3 * (time.perf_counter() - t0)
+            _, positions, prefill, first = _perf_value(lines, self._PROMPT)
+            frames, talker, predictor, _ = _perf_value(lines, self._FRAMES)
+            if i == 0:   # warm-up: its codes are the output (greedy: every run gives the same)
+                res.outputs[f"{wt}:codes"] = out.codes
+                info.update(frames=int(frames), frames_requested=inp.frames, reached_eos=out.reached_eos,
+                            prompt_positions=int(positions), mode=out.mode, mode_reason=out.mode_reason)
+                continue
+            if not np.array_equal(out.codes, res.outputs[f"{wt}:codes"]):
+                info["codes_vary_between_runs"] = True
+            for key, v in (("talker", talker), ("code_predictor", predictor), ("total", talker + predictor),
+                           ("prefill", prefill), ("first_frame", first)):
+                runs[key].append(v)
+            walls.append(wall)
+        for key, v in runs.items():
+            res.runs_ms[f"{wt}:{key}"] = v
+        info["synthesize_wall_ms"] = _round(median(walls))
+        total = median(runs["total"])
+        info["real_time_factor"] = round(total / FRAME_MS, 3) if total else None   # generation only
+
+    def reference_args(self, inp: BenchInput) -> list[str]:
+        args = ["--frames", str(inp.frames), "--text", self.text, "--language", self.language]
+        if self.speaker_path is not None and self.speaker_path.is_file():
+            args += ["--speaker-embedding", str(self.speaker_path)]
+        return args
+
+    def rows(self, o: GroupResult, t: GroupResult | None) -> list[dict]:
+        if t and not t.error:
+            a, b = t.runs_ms.get("talker_ms_per_frame"), t.runs_ms.get("code_predictor_ms_per_frame")
+            if a and b:
+                t.runs_ms["total_ms_per_frame"] = [x + y for x, y in zip(a, b)]
+        out = []
+        for wt in self.types:
+            info = o.extra.get(wt, {})
+            for key, label, ref_key in self.ROWS:
+                if key == "prefill" and info.get("prompt_positions") is not None:
+                    label = f"prefill ms ({info['prompt_positions']} positions)"
+                row = stage_row(self.name, f"{wt}:{key}", label, o, t if ref_key else None, ref_key=ref_key,
+                                section=f"generation {wt} ({self.frames} frames, x-vector, greedy)",
+                                weight_type=wt, error=info.get("error"))
+                if key == "total":
+                    row["targets"] = self.targets(wt, row)
+                out.append(row)
+        return out
+
+    @staticmethod
+    def targets(wt: str, row: dict) -> list[dict]:
+        """The issue's targets for a talker + code predictor row, each with met: True/False/None."""
+        v, speedup = row["vocable_ms"], row["speedup"]
+        out = []
+        if wt in TARGET_MS:
+            out.append({"what": "ms_per_frame_below", "value": TARGET_MS[wt],
+                        "met": None if v is None else v < TARGET_MS[wt]})
+        out.append({"what": "speedup_at_least", "value": TARGET_SPEEDUP,
+                    "met": None if speedup is None else speedup >= TARGET_SPEEDUP})
+        return out
+
+    def agreement(self, ours, theirs) -> dict:
+        out: dict = {}
+        ref = theirs.get("codes")
+        for wt in self.types:
+            if f"{wt}:codes" in ours and ref is not None:
+                out[wt] = codes_agreement(ours[f"{wt}:codes"], ref)
+        a = np.asarray(ours.get("speaker_embedding", []), dtype=np.float64).ravel()
+        b = np.asarray(theirs.get("speaker_embedding", []), dtype=np.float64).ravel()
+        out["same_speaker_embedding"] = bool(a.shape == b.shape and a.size and np.array_equal(a, b))
+        return out
+
+    def describe_agreement(self, ag: dict) -> str:
+        parts = []
+        for wt in self.types:
+            a = ag.get(wt)
+            if not a:
+                continue
+            if a.get("identical") is None:
+                parts.append(f"{wt}: not comparable ({a})")
+                continue
+            f = a["frames"]
+            frames = f"{f[0]} frames" if f[0] == f[1] else f"{f[0]} vs {f[1]} frames (compared {min(f)})"
+            first = "" if a["first_different_frame"] is None else f", first difference at frame {a['first_different_frame']}"
+            parts.append(f"{wt} {100 * a['identical']:.1f}% identical (codebook 0: {100 * a['identical_codebook0']:.1f}%, "
+                         f"whole frames: {100 * a['frames_identical']:.1f}%{first}), {frames}")
+        if not parts:
+            return ""
+        same = "same speaker embedding" if ag.get("same_speaker_embedding") else "speaker embeddings differ"
+        return (f"greedy generation codes vs the reference ({same}; near-ties may flip on random weights):"
+                + "".join(f"\n    {p}" for p in parts))
+
+
+STAGE_GROUPS: list[StageGroup] = [VoiceStages(), GenerationStages()]
 
 
 # ---- reference side -------------------------------------------------------------------------
@@ -320,6 +543,17 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+def _targets(targets: list[dict] | None) -> str:
+    if not targets:
+        return ""
+    words = {True: "yes", False: "NO", None: "?"}
+    out = []
+    for t in targets:
+        what = f"< {t['value']:g} ms" if t["what"] == "ms_per_frame_below" else f">= {t['value']:g}x"
+        out.append(f"{what}: {words[t['met']]}")
+    return ", ".join(out)
+
+
 def _size(n: int | None) -> str:
     if not n:
         return "-"
@@ -338,22 +572,52 @@ def _print_report(rep: dict) -> None:
         print(f"  note: the machine was busy (1-min load average up to {max(busy):.1f}): figures may be skewed")
     ref = rep["reference"]
     ref_note = ref.get("package", "PyTorch reference") + (f", torch {ref['torch']}" if ref.get("torch") else "")
-    rows = [("stage", "vocable ms", "reference ms", "speedup")]
+    rows: list = [("stage", "vocable ms", "reference ms", "speedup", "target")]
+    section = None
     for s in rep["stages"]:
+        if s.get("section") != section:
+            section = s.get("section")
+            rows.append(section)
         speed = f"{s['speedup']:.2f}x" if s["speedup"] else "-"
-        rows.append((s["label"], _ms(s["vocable_ms"]), _ms(s["reference_ms"]), speed))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        label = ("  " if section else "") + s["label"]
+        rows.append((label, _ms(s["vocable_ms"]), _ms(s["reference_ms"]), speed, _targets(s.get("targets"))))
+    table = [r for r in rows if isinstance(r, tuple)]
+    widths = [max(len(r[i]) for r in table) for i in range(5)]
     print()
     for i, r in enumerate(rows):
-        print(f"  {r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}")
+        if not isinstance(r, tuple):
+            print(f"  {r}:" if r else "")
+            continue
+        print(f"  {r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]:>{widths[3]}}  {r[4]}".rstrip())
         if i == 0:
-            print("  " + "-" * (sum(widths) + 6))
+            print("  " + "-" * (sum(widths) + 8))
     print()
     for s in rep["stages"]:
         if s.get("error"):
             print(f"  {s['label']}: vocable failed: {s['error']}")
+    gen = rep.get("vocable_extra", {}).get("generation", {})
+    runs = [f"{wt} {info['frames']}/{info['frames_requested']}" for wt, info in gen.items()
+            if isinstance(info, dict) and "frames" in info]
+    eos = [wt for wt, info in gen.items() if isinstance(info, dict) and info.get("reached_eos")]
+    rgen = rep.get("reference_extra", {}).get("generation", {})
+    if "frames" in rgen:
+        runs.append(f"reference {rgen['frames']}/{rgen['frames_requested']}")
+        eos += ["reference"] if rgen.get("reached_eos") else []
+    if runs:
+        print(f"  generation frames: {', '.join(runs)}; reached EOS: {', '.join(eos) or 'none'}")
+    if "prefill_tokens" in rgen:
+        ours = sorted({info["prompt_positions"] for info in gen.values() if isinstance(info, dict)
+                       and "prompt_positions" in info})
+        print(f"  generation prompt: {rgen['prefill_tokens']} positions in the reference, "
+              f"{', '.join(map(str, ours)) or '-'} in vocable; reference codec_head EOS row zero: "
+              f"{rgen.get('codec_eos_row_zero')}")
+    if runs:
+        print(f"  targets (issue 3): talker + code predictor < {TARGET_MS['q4_k']:g} ms/frame at q4_k, "
+              f"< {TARGET_MS['q8_0']:g} ms/frame at q8_0 (a frame is {FRAME_MS:g} ms of audio), "
+              f">= {TARGET_SPEEDUP:g}x faster than the reference (fp32)")
     if ref["status"] == "ok":
-        print(f"  reference: {ref_note}, fp32, load {ref.get('load_s', '-')} s")
+        loads = ", ".join(f"{v} s ({k})" for k, v in (ref.get("load_s") or {}).items())
+        print(f"  reference: {ref_note}, fp32, load {loads or '-'}")
     else:
         print(f"  reference {ref['status']}: {ref['reason']}")
     for text in rep["agreement_text"]:
@@ -365,6 +629,13 @@ def _print_report(rep: dict) -> None:
     conv = f"converted in {m['convert_s']:.1f} s" if m.get("convert_s") is not None else "conversion cached"
     print(f"  model: {built}, {conv}; HF folder {_size(m['hf_bytes'])}, GGUF {_size(m['gguf_bytes'])}; "
           f"engine load {rep['vocable_load_s']:.2f} s")
+    extra = []
+    for wt, info in rep.get("vocable_extra", {}).get("generation", {}).items():
+        if isinstance(info, dict) and "load_s" in info:
+            conv = f"converted in {info['convert_s']:.1f} s" if info.get("convert_s") is not None else "conversion cached"
+            extra.append(f"{wt} {_size(info.get('gguf_bytes'))} ({conv}, load {info['load_s']:.2f} s)")
+    if extra:
+        print(f"  generation models: {'; '.join(extra)}")
 
 
 # ---- entry point ----------------------------------------------------------------------------
@@ -385,11 +656,23 @@ def run_bench(args) -> int:
         raise VocableError("--threads and --repeats must be at least 1")
     if not 1.0 <= seconds <= 60.0:
         raise VocableError("--ref-seconds must be between 1 and 60 (the engine's reference length)")
+    frames = int(getattr(args, "frames", None) or DEFAULT_FRAMES)
+    if frames < 1:
+        raise VocableError("--frames must be at least 1")
+    types = parse_types(getattr(args, "types", None))
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     given = getattr(args, "model", None)
+
+    def prepare(weight_type: str):
+        if given:
+            return user_model(Path(given), cache, weight_type=weight_type, progress=_say)
+        return ensure_bench_model(cache_dir=cache, weight_type=weight_type, progress=_say)
     try:
-        model = (user_model(Path(given), cache, progress=_say) if given
-                 else ensure_bench_model(cache_dir=cache, progress=_say))
+        model = prepare("f32")   # the voice stages' model, and generation's f32
+        if model.hf_dir is None:   # a converted .gguf: its own type only
+            models = {model.weight_type: model}
+        else:
+            models = {t: model if t == "f32" else prepare(t) for t in types}
     except (ConversionError, OSError, ValueError) as e:
         raise VocableError(f"cannot prepare the benchmark model: {e}") from e
 
@@ -398,11 +681,29 @@ def run_bench(args) -> int:
     clip, clip_source = make_reference_clip(seconds)
     clip_path = work / f"clip-{os.getpid()}.npy"
     np.save(clip_path, clip)
-    inp = BenchInput(clip, clip_path, work, threads, repeats)
+    inp = BenchInput(clip, clip_path, work, threads, repeats, frames, models, model.weight_type)
     try:
         return _run(args, model, inp, clip_source, __version__, Engine)
     finally:
         clip_path.unlink(missing_ok=True)
+        for g in STAGE_GROUPS:
+            if isinstance(g, GenerationStages) and g.speaker_path is not None:
+                g.speaker_path.unlink(missing_ok=True)
+
+
+def parse_types(value) -> list[str]:
+    """--types: a comma-separated string or a list of weight types (default: all four)."""
+    from .convert import WEIGHT_TYPES
+
+    if not value:
+        return list(DEFAULT_TYPES)
+    items = value.split(",") if isinstance(value, str) else list(value)
+    types = [t.strip().lower() for t in items if t.strip()]
+    bad = [t for t in types if t not in WEIGHT_TYPES]
+    if bad or not types:
+        raise VocableError(f"--types: unknown weight type(s) {', '.join(bad) or '(none)'}; "
+                           f"choose from {', '.join(WEIGHT_TYPES)}")
+    return sorted(set(types), key=WEIGHT_TYPES.index)   # table order: f32, f16, q8_0, q4_k
 
 
 def _loadavg() -> float | None:
@@ -445,7 +746,8 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
                     ref = {"status": r.error.split(":", 1)[0], "reason": r.error.split(":", 1)[1].strip(),
                            "python": python}
                     break
-                ref.update({k: r.extra[k] for k in ("package", "load_s", "torch_threads") if k in r.extra})
+                ref.update({k: r.extra[k] for k in ("package", "torch_threads") if k in r.extra})
+                ref.setdefault("load_s", {})[g.name] = r.extra.get("load_s")
                 ref["torch"] = r.extra.get("versions", {}).get("torch")
     if ref["status"] != "ok":
         print(f"reference {ref['status']}: {ref['reason']}", file=sys.stderr)
@@ -453,20 +755,7 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
     stages, agreement, agreement_text = [], {}, []
     for g in STAGE_GROUPS:
         o, t = ours[g.name], theirs.get(g.name)
-        if g.total:   # per-run sums of the group's stages, on both sides
-            for side in (o, t):
-                if side and not side.error and all(side.runs_ms.get(k) for k, _ in g.stages):
-                    side.runs_ms[g.total[0]] = [sum(run) for run in zip(*(side.runs_ms[k] for k, _ in g.stages))]
-        for key, label in g.stages + ([g.total] if g.total else []):
-            v = median(o.runs_ms.get(key, []))
-            r = median(t.runs_ms.get(key, [])) if t and not t.error else None
-            stages.append({"key": key, "label": label, "vocable_ms": _round(v), "reference_ms": _round(r),
-                           "speedup": round(r / v, 3) if v and r else None,
-                           "vocable_min_ms": _round(min(o.runs_ms.get(key) or [None])),  # least disturbed
-                           "reference_min_ms": _round(min((t.runs_ms.get(key) if t else None) or [None])),
-                           "vocable_runs_ms": [round(x, 2) for x in o.runs_ms.get(key, [])],
-                           "reference_runs_ms": [round(x, 2) for x in t.runs_ms.get(key, [])] if t else [],
-                           "error": o.error})
+        stages.extend(g.rows(o, t))
         if o.outputs and t and t.outputs:
             agreement[g.name] = g.agreement(o.outputs, t.outputs)
             agreement_text.append(g.describe_agreement(agreement[g.name]))
@@ -474,7 +763,9 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         "bench": "vocable", "vocable_version": version, "model": model.describe(),
         "threads": inp.threads, "ref_seconds": round(len(inp.clip) / SAMPLE_RATE, 3), "clip_source": clip_source,
         "repeats": inp.repeats, "cpu": cpu_name(), "cpus": os.cpu_count(), "vocable_load_s": round(load_s, 3),
-        "vocable_extra": {g: r.extra for g, r in ours.items()}, "reference": ref, "stages": stages,
+        "frames": inp.frames, "generation_text": GEN_TEXT, "generation_language": GEN_LANGUAGE,
+        "vocable_extra": {g: r.extra for g, r in ours.items()}, "reference": ref,
+        "reference_extra": {g: r.extra for g, r in theirs.items()}, "stages": stages,
         "agreement": agreement, "agreement_text": agreement_text,
         "loadavg_1min": [load_before, _loadavg()],   # other work on the machine skews the figures
     }
