@@ -128,6 +128,27 @@ def test_cancel_from_another_thread(engine):
     assert engine.synthesize("Hello.", voice, greedy=True, max_frames=3).codes.shape == (3, 16)
 
 
+def test_frames_arrive_as_generated(engine):
+    voice = fixture_voice("0.6b", "xvec")
+    seen = []
+    result = engine.synthesize("Hello world.", voice, greedy=True, max_frames=6,
+                               on_frame=lambda i, codes: seen.append((i, codes.copy())))
+    assert [i for i, _ in seen] == list(range(6))
+    np.testing.assert_array_equal(np.concatenate([c for _, c in seen]), result.codes)
+
+
+def test_frame_callback_can_stop(engine):
+    voice = fixture_voice("0.6b", "xvec")
+    with pytest.raises(SynthesisCancelled):
+        engine.synthesize("Hello world.", voice, max_frames=50, on_frame=lambda i, codes: i < 3)
+
+    def boom(i, codes):
+        raise KeyError("from the callback")
+    with pytest.raises(KeyError, match="from the callback"):
+        engine.synthesize("Hello world.", voice, max_frames=50, on_frame=boom)
+    assert engine.synthesize("Hello.", voice, greedy=True, max_frames=2).codes.shape == (2, 16)
+
+
 def test_errors(engine):
     voice = fixture_voice("0.6b", "xvec")
     from vocable.text import TextError

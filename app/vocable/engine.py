@@ -101,14 +101,17 @@ class Engine:
 
     def synthesize(self, text: str, voice: Voice, language: str = "auto", ref_text: str | None = None, *,
                    temperature: float = 0.9, top_k: int = 50, top_p: float = 1.0, repetition_penalty: float = 1.05,
-                   seed: int | None = None, max_frames: int | None = None, greedy: bool = False) -> SynthesisResult:
+                   seed: int | None = None, max_frames: int | None = None, greedy: bool = False,
+                   on_frame=None) -> SynthesisResult:
         """Generates the codec codes of `text` in `voice`.
 
         In-context cloning runs when the voice carries reference codes and a transcript is known
         (`ref_text`, or the one saved with the voice); otherwise the speaker embedding alone is
         used (x-vector). `greedy` (or temperature 0) picks the most likely codes; a seed makes a
         sampled run reproducible (a random one is drawn and reported when None). The default
-        frame cap is _engine.default_max_frames(number of text tokens)."""
+        frame cap is _engine.default_max_frames(number of text tokens). `on_frame(index, codes)`
+        is called from the engine as each frame is generated (codes int32 [1, 16]); returning
+        False stops the synthesis (SynthesisCancelled)."""
         prompt = self.tokenizer.target_prompt(text)
         transcript = ref_text if ref_text is not None and ref_text.strip() else voice.ref_text
         ref_codes = ref_ids = None
@@ -132,7 +135,7 @@ class Engine:
             with self._lock:
                 codes, eos = self._ctx.synthesize(
                     np.asarray(prompt.ids, dtype=np.int32), voice.speaker_embedding, ref_codes, ref_ids,
-                    language.lower(), talker, predictor, int(seed), int(max_frames or 0))
+                    language.lower(), talker, predictor, int(seed), int(max_frames or 0), on_frame)
         except _engine.EngineError as e:
             if e.args[1] == _engine.STATUS_CANCELLED:
                 raise SynthesisCancelled("synthesis cancelled") from e

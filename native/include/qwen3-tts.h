@@ -128,6 +128,17 @@ typedef struct qt_sampling {
  * QT_STATUS_CANCELLED). */
 typedef bool (*qt_cancel_callback)(void * user_data);
 
+/* What qt_tts_params.chunk_callback receives as generation goes: the codes of new frames. */
+typedef struct qt_chunk {
+    const int32_t * codes;        /* [n_frames * n_codebooks], frame-major; valid during the call */
+    int32_t         n_frames;
+    int32_t         n_codebooks;
+    int32_t         first_frame;  /* index of the first of these frames in the whole result */
+} qt_chunk;
+
+/* Called as frames are generated; return false to cancel (QT_STATUS_CANCELLED). */
+typedef bool (*qt_chunk_callback)(const qt_chunk * chunk, void * user_data);
+
 typedef struct qt_tts_params {
     int32_t             abi_version;        /* QT_ABI_VERSION */
     const int32_t *     text_ids;           /* "<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n" */
@@ -143,6 +154,8 @@ typedef struct qt_tts_params {
     int32_t             max_frames;         /* <= 0: qt_default_max_frames(n_text_ids) */
     qt_cancel_callback  cancel_callback;
     void *              cancel_callback_user_data;
+    qt_chunk_callback   chunk_callback;     /* NULL: none; called once per generated frame */
+    void *              chunk_callback_user_data;
 } qt_tts_params;
 
 typedef struct qt_tts_result {

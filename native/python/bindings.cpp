@@ -120,7 +120,7 @@ public:
                          std::optional<py::array_t<int32_t, py::array::c_style | py::array::forcecast>> ref_codes,
                          std::optional<py::array_t<int32_t, py::array::c_style | py::array::forcecast>> ref_text_ids,
                          const std::string & language, py::dict talker_sampling, py::dict predictor_sampling,
-                         uint64_t seed, int32_t max_frames) {
+                         uint64_t seed, int32_t max_frames, std::optional<py::function> on_frame) {
         qt_context * ctx = checked();
         if (text_ids.ndim() != 1 || speaker_embedding.ndim() != 1) {
             throw py::value_error("text_ids and speaker_embedding must be 1-D");
@@ -151,11 +151,37 @@ public:
         cancel_requested_ = false;
         p.cancel_callback = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
         p.cancel_callback_user_data = &cancel_requested_;
+        // on_frame(frame_index, codes) runs with the GIL taken for the call; returning False
+        // cancels. An exception in it cancels too and is raised afterwards.
+        struct frame_target {
+            py::function           fn;
+            std::optional<py::error_already_set> error;
+        } target;
+        if (on_frame) {
+            target.fn = *on_frame;
+            p.chunk_callback = [](const qt_chunk * chunk, void * user) {
+                auto * t = static_cast<frame_target *>(user);
+                py::gil_scoped_acquire gil;
+                try {
+                    py::array_t<int32_t> codes({ chunk->n_frames, chunk->n_codebooks }, chunk->codes);
+                    py::object keep = t->fn(chunk->first_frame, codes);
+                    return keep.is_none() || keep.cast<bool>();
+                } catch (py::error_already_set & e) {
+                    t->error = std::move(e);
+                    return false;
+                }
+            };
+            p.chunk_callback_user_data = &target;
+        }
         qt_tts_result res;
         int status;
         {
             py::gil_scoped_release release;
             status = qt_synthesize(ctx, &p, &res);
+        }
+        if (target.error) {
+            target.error->restore();
+            throw py::error_already_set();
         }
         if (status != QT_STATUS_OK) {
             raise_status(status, qt_last_error());
@@ -265,7 +291,7 @@ PYBIND11_MODULE(_engine, m) {
         .def("synthesize", &engine_context::synthesize, py::arg("text_ids"), py::arg("speaker_embedding"),
              py::arg("ref_codes") = py::none(), py::arg("ref_text_ids") = py::none(), py::arg("language") = "auto",
              py::arg("talker_sampling") = py::dict(), py::arg("predictor_sampling") = py::dict(), py::arg("seed") = 0,
-             py::arg("max_frames") = 0)
+             py::arg("max_frames") = 0, py::arg("on_frame") = py::none())
         .def("cancel", &engine_context::cancel, "Asks a running synthesize() on another thread to stop.");
     m.def("default_max_frames", &qt_default_max_frames, py::arg("n_text_ids"));
 }

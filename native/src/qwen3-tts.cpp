@@ -39,6 +39,7 @@ struct qt_context {
     qt::talker                        talker;
     qt::prompt_builder                prompts;
     qt::code_predictor                predictor;
+    std::unique_ptr<qt::code_predictor_state> predictor_state;  // built on the first request
     std::vector<std::string>          language_names;  // parallel to prompts.language_ids()
     int32_t                           eos_id = 0;
     qt_model_info                     info{};
@@ -263,6 +264,8 @@ qt_tts_params qt_tts_default_params(void) {
         /*.max_frames                =*/ 0,
         /*.cancel_callback           =*/ nullptr,
         /*.cancel_callback_user_data =*/ nullptr,
+        /*.chunk_callback            =*/ nullptr,
+        /*.chunk_callback_user_data  =*/ nullptr,
     };
     p.predictor_sampling.repetition_penalty = 1.0f;
     return p;
@@ -355,7 +358,17 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
         if (params->cancel_callback) {
             req.cancelled = [params] { return params->cancel_callback(params->cancel_callback_user_data); };
         }
-        result = qt::synthesize(*ctx->backend, ctx->dumper, { ctx->talker, ctx->prompts, ctx->predictor }, req);
+        if (params->chunk_callback) {
+            const int32_t n_books = ctx->info.n_codebooks;
+            req.on_frame = [params, n_books](const int32_t * codes, int64_t frame) {
+                const qt_chunk chunk = { codes, 1, n_books, int32_t(frame) };
+                return params->chunk_callback(&chunk, params->chunk_callback_user_data);
+            };
+        }
+        if (!ctx->predictor_state) {
+            ctx->predictor_state = std::make_unique<qt::code_predictor_state>(ctx->predictor, *ctx->backend);
+        }
+        result = qt::synthesize(*ctx->backend, ctx->dumper, { ctx->talker, ctx->prompts, *ctx->predictor_state }, req);
     });
     if (status != QT_STATUS_OK) {
         return status;

@@ -30,7 +30,8 @@ synthesis_result synthesize(const cpu_backend & backend, const stage_dumper & du
     const double t_prefill = ms_since(t0);
 
     talker_sampler sampler(req.talker);
-    code_predictor_state predictor(m.predictor, backend, req.predictor);
+    code_predictor_state & predictor = m.predictor;
+    predictor.set_sampling(req.predictor);
     synthesis_result result;
     result.n_codebooks = n_books;
     std::vector<int32_t> frame(size_t(n_books), 0);
@@ -51,6 +52,9 @@ synthesis_result synthesize(const cpu_backend & backend, const stage_dumper & du
         t_predictor += ms_since(t0);
         result.codes.insert(result.codes.end(), frame.begin(), frame.end());
         ++result.n_frames;
+        if (req.on_frame && !req.on_frame(frame.data(), f)) {
+            throw error(QT_STATUS_CANCELLED, "synthesis cancelled by the chunk callback");
+        }
         if (f == 0) {
             t_first_frame = ms_since(t_start);
         }

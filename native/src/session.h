@@ -21,6 +21,8 @@ struct synthesis_request {
     cp_sampling           predictor;
     int64_t               max_frames = 0;
     std::function<bool()> cancelled;  // polled once per frame
+    // Receives each new frame's codes (n_codebooks values) and its index; false cancels.
+    std::function<bool(const int32_t * codes, int64_t frame)> on_frame;
 };
 
 struct synthesis_result {
@@ -30,13 +32,15 @@ struct synthesis_result {
     bool                 reached_eos = false;
 };
 
+// The loaded components, and the code predictor's frame graph, which the context builds once
+// and reuses for every request (its sampling parameters are graph inputs).
 struct synthesis_models {
     const talker &         talker_model;
     const prompt_builder & prompts;
-    const code_predictor & predictor;
+    code_predictor_state & predictor;
 };
 
-// Throws qt::error (QT_STATUS_CANCELLED when `cancelled` said so). Dumps the prompt, the
+// Throws qt::error (QT_STATUS_CANCELLED when `cancelled` or `on_frame` said so). Dumps the prompt, the
 // talker's prefill stages, the first frame's code predictor stages and "codes".
 synthesis_result synthesize(const cpu_backend & backend, const stage_dumper & dumper, const synthesis_models & models,
                             const synthesis_request & req);

@@ -94,6 +94,7 @@ int main(void) {
     CHECK(tp.predictor_sampling.top_p == 1.0f && tp.predictor_sampling.repetition_penalty == 1.0f);
     CHECK(tp.seed == 0 && tp.max_frames == 0);
     CHECK(tp.cancel_callback == NULL && tp.cancel_callback_user_data == NULL);
+    CHECK(tp.chunk_callback == NULL && tp.chunk_callback_user_data == NULL);
     CHECK(qt_default_max_frames(0) == 37);
     CHECK(qt_default_max_frames(10) == 162);
     CHECK(qt_default_max_frames(100000) == 8192);
