@@ -65,6 +65,12 @@ def test_byte_tokenizer_keeps_the_real_special_ids(tmp_path):
     tok = Tokenizer(models.BPE.from_file(str(tmp_path / "vocab.json"), str(tmp_path / "merges.txt")))
     tok.add_special_tokens(bench_model.ADDED_TOKENS)
     assert tok.token_to_id("<|im_start|>") == 151644 and tok.token_to_id("<tts_text_eod>") == 151673
+    # the engine's tokenizer accepts it: the prompt template splits as with the real Qwen vocabulary
+    from vocable.text import TextTokenizer
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    prompt = TextTokenizer.from_folder(tmp_path).target_prompt("The dog was a bass.")
+    assert prompt.role == [151644, 77091, 198] and list(prompt.ids[-5:]) == [151645, 198, 151644, 77091, 198]
+    assert len(prompt.text) == len("The dog was a bass.") - 3   # bytes, but "as" (twice) and "ass" merge
 
 
 @pytest.fixture(scope="module")

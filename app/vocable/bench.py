@@ -22,6 +22,9 @@ Stage groups (`STAGE_GROUPS`) each own a reference script and an agreement check
     them: talker + code predictor under 60 ms/frame at q4_k and under 90 ms/frame at q8_0 (a
     frame is 80 ms of audio), and at least 4x faster than the reference. The random model's
     codec_head row of codec EOS is zeroed, so neither side stops early (reached_eos is reported).
+    Per frame means per generated frame on both sides: for N frames the engine runs N - 1 talker
+    steps after the prefill (none after the last frame), HF generate runs N (the last token it
+    samples is discarded by the package); both run the code predictor N times.
 Output: progress on stderr; the table, then one JSON line with every figure, on stdout.
 """
 from __future__ import annotations

@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-LAYOUT_VERSION = 1          # bump when the builder's output changes (invalidates caches)
+LAYOUT_VERSION = 2          # bump when the builder's output changes (invalidates caches)
 DEFAULT_SEED = 0
 CHUNK_ELEMENTS = 1 << 22    # values generated and written at a time (16 MiB as float32)
 CODEC_EOS_ID = 2150
@@ -287,20 +287,34 @@ def _byte_symbols() -> list[str]:
     return [chr(c) for c in cs]
 
 
+# The prompt template's role word is one token in Qwen's vocabulary ("<|im_start|>assistant\n" is
+# [151644, 77091, 198]): qwen_tts takes the role as the first 3 ids and the engine insists on that
+# split, so the byte-level tokenizer merges this one word, at its real id.
+ROLE_WORD, ROLE_WORD_ID = "assistant", 77091
+
+
 def write_text_tokenizer(folder: Path) -> dict[str, int]:
     """A byte-level Qwen2 tokenizer with the real id layout: the 256 byte symbols, unreachable
-    filler entries up to the real BPE vocabulary size (no merges, so text always splits into
-    bytes), then the real added tokens at their real ids. The filler keeps the ids contiguous:
-    HF's fast tokenizer renumbers added tokens from the vocabulary size, so a 256-entry vocab
-    would move <|im_start|> away from 151644. Returns {added token: id}."""
+    filler entries up to the real BPE vocabulary size, then the real added tokens at their real
+    ids. The filler keeps the ids contiguous: HF's fast tokenizer renumbers added tokens from the
+    vocabulary size, so a 256-entry vocab would move <|im_start|> away from 151644. The only
+    merges build "assistant" (its prefixes take filler ids from 256 on; the word itself its real
+    id), so the prompt template splits as with the real tokenizer; other text splits into bytes
+    (or partial prefixes of that word). Returns {added token: id}."""
     folder = Path(folder)
     symbols = _byte_symbols()
     vocab = {s: i for i, s in enumerate(symbols)}
+    merges = []
+    for n in range(2, len(ROLE_WORD) + 1):
+        merges.append(f"{ROLE_WORD[:n - 1]} {ROLE_WORD[n - 1]}")
+        vocab[ROLE_WORD[:n]] = ROLE_WORD_ID if n == len(ROLE_WORD) else len(symbols) + n - 2
+    taken = set(vocab.values())
     for i in range(len(symbols), QWEN_TEXT_VOCAB):
-        vocab[f"<|x{i}|>"] = i
+        if i not in taken:
+            vocab[f"<|x{i}|>"] = i
     with open(folder / "vocab.json", "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False, separators=(",", ":"))
-    (folder / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges), encoding="utf-8")
     ids = {t: QWEN_TEXT_VOCAB + i for i, t in enumerate(ADDED_TOKENS)}
     added = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
                       "special": True} for t, i in ids.items()}
