@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ref-seconds", type=float, default=10.0)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--cache-dir", help="where the random real-size model is kept")
+    b.add_argument("--frames", type=int, default=50, help="frames to generate per weight type (80 ms each)")
+    b.add_argument("--types", default="f32,f16,q8_0,q4_k", help="comma-separated weight types to time generation for")
     b.add_argument("--model", help="bench this model instead (an HF folder, or a .gguf: no reference then)")
     b.add_argument("--no-reference", action="store_true", help="skip the PyTorch side")
     b.set_defaults(func=_cmd_bench)
