@@ -221,15 +221,7 @@ code_predictor_state::code_predictor_state(const code_predictor & model, const c
     const int64_t n_pos = hp.n_codes + 1;  // positions of a frame: h, code0, ..., code14
 
     const size_t n_tensors = size_t(2 * hp.layers + 9);
-    ggml_init_params params = {
-        /*.mem_size   =*/ ggml_tensor_overhead() * n_tensors,
-        /*.mem_buffer =*/ nullptr,
-        /*.no_alloc   =*/ true,
-    };
-    state_ctx_.reset(ggml_init(params));
-    if (!state_ctx_) {
-        throw error(QT_STATUS_OUT_OF_MEMORY, "cannot allocate the code predictor state context");
-    }
+    state_ctx_ = new_metadata_context(n_tensors, false, "code predictor state context");
     ggml_context * sctx = state_ctx_.get();
     for (int i = 0; i < hp.layers; ++i) {
         k_rows_.push_back(ggml_new_tensor_3d(sctx, GGML_TYPE_F32, hp.head_dim, n_pos, hp.kv_heads));
@@ -292,15 +284,7 @@ void code_predictor_state::build_graph() {
     const float                    eps = hp.norm_eps;
     const int64_t                  Ht = hp.talker_hidden;
     const size_t max_nodes = size_t(hp.n_codes) * (size_t(hp.layers) * 40 + 32) + 64;
-    ggml_init_params params = {
-        /*.mem_size   =*/ ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
-        /*.mem_buffer =*/ nullptr,
-        /*.no_alloc   =*/ true,
-    };
-    graph_ctx_.reset(ggml_init(params));
-    if (!graph_ctx_) {
-        throw error(QT_STATUS_OUT_OF_MEMORY, "cannot allocate the code predictor graph context");
-    }
+    graph_ctx_ = new_metadata_context(max_nodes, true, "code predictor graph context");
     ggml_context * ctx = graph_ctx_.get();
 
     auto proj = [&](ggml_tensor * e) {

@@ -189,15 +189,7 @@ void codec_encoder::load(model_loader & ml) {
 // buffer of our own.
 void codec_encoder::prepare_codebook_norms(model_loader & ml) {
     const size_t n_books = semantic_.codebooks.size() + acoustic_.codebooks.size();
-    ggml_init_params params = {
-        /*.mem_size   =*/ ggml_tensor_overhead() * (n_books + 1),
-        /*.mem_buffer =*/ nullptr,
-        /*.no_alloc   =*/ true,
-    };
-    derived_ctx_.reset(ggml_init(params));
-    if (!derived_ctx_) {
-        throw error(QT_STATUS_OUT_OF_MEMORY, "cannot allocate the codec encoder's weight context");
-    }
+    derived_ctx_ = new_metadata_context(n_books + 1, false, "codec encoder's weight context");
     ggml_context * ctx = derived_ctx_.get();
     for (rvq * q : { &semantic_, &acoustic_ }) {
         q->norms.clear();

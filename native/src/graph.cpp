@@ -40,6 +40,19 @@ void stage_dumper::write(const std::string & name, const ggml_tensor * t) const 
     write(name, data.data(), shape);
 }
 
+ggml_context_ptr new_metadata_context(size_t n_tensors, bool with_graph, const char * what) {
+    ggml_init_params params = {
+        /*.mem_size   =*/ ggml_tensor_overhead() * n_tensors + (with_graph ? ggml_graph_overhead_custom(n_tensors, false) : 0),
+        /*.mem_buffer =*/ nullptr,
+        /*.no_alloc   =*/ true,
+    };
+    ggml_context_ptr ctx(ggml_init(params));
+    if (!ctx) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, format("cannot allocate the %s", what));
+    }
+    return ctx;
+}
+
 // ---- cpu_backend -----------------------------------------------------------------------------
 
 cpu_backend::cpu_backend(int n_threads) : n_threads_(n_threads) {
@@ -85,15 +98,7 @@ void cpu_backend::trim_allocator() const noexcept {
 
 graph_run::graph_run(const cpu_backend & backend, const stage_dumper & dumper, size_t max_nodes)
     : backend_(backend), dumper_(dumper), max_nodes_(max_nodes) {
-    ggml_init_params params = {
-        /*.mem_size   =*/ ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
-        /*.mem_buffer =*/ nullptr,
-        /*.no_alloc   =*/ true,
-    };
-    ctx_.reset(ggml_init(params));
-    if (!ctx_) {
-        throw error(QT_STATUS_OUT_OF_MEMORY, "cannot allocate a graph context");
-    }
+    ctx_ = new_metadata_context(max_nodes, true, "graph context");
 }
 
 ggml_tensor * graph_run::input(const char * name, ggml_type type, const void * data, std::vector<int64_t> ne) {

@@ -30,6 +30,10 @@ private:
     std::string dir_;
 };
 
+// A no_alloc context for the metadata of `n_tensors` tensors, plus room for a graph of that many
+// nodes when `with_graph`. Throws qt::error (QT_STATUS_OUT_OF_MEMORY) naming `what`.
+ggml_context_ptr new_metadata_context(size_t n_tensors, bool with_graph, const char * what);
+
 // One CPU backend with a persistent thread pool. Owned by the context and shared by all
 // components so threads are created once.
 class cpu_backend {

@@ -380,15 +380,7 @@ talker_state::talker_state(const talker & model, const cpu_backend & backend, in
     // KV cache and the step graph's inputs live in one persistent buffer: the step graph's
     // compute buffer never holds anything that must survive a step.
     const size_t n_tensors = size_t(2 * hp.layers + 3);
-    ggml_init_params params = {
-        /*.mem_size   =*/ ggml_tensor_overhead() * n_tensors,
-        /*.mem_buffer =*/ nullptr,
-        /*.no_alloc   =*/ true,
-    };
-    cache_ctx_.reset(ggml_init(params));
-    if (!cache_ctx_) {
-        throw error(QT_STATUS_OUT_OF_MEMORY, "cannot allocate the KV cache context");
-    }
+    cache_ctx_ = new_metadata_context(n_tensors, false, "KV cache context");
     ggml_context * cctx = cache_ctx_.get();
     for (int i = 0; i < hp.layers; ++i) {
         k_cache_.push_back(ggml_new_tensor_3d(cctx, kv_type, hp.head_dim, capacity_, hp.kv_heads));
@@ -419,15 +411,7 @@ talker_state::~talker_state() = default;
 void talker_state::build_step_graph() {
     const talker_hparams & hp = model_.hp_;
     const size_t max_nodes = size_t(hp.layers) * 40 + 64;
-    ggml_init_params params = {
-        /*.mem_size   =*/ ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
-        /*.mem_buffer =*/ nullptr,
-        /*.no_alloc   =*/ true,
-    };
-    step_ctx_.reset(ggml_init(params));
-    if (!step_ctx_) {
-        throw error(QT_STATUS_OUT_OF_MEMORY, "cannot allocate the talker step graph context");
-    }
+    step_ctx_ = new_metadata_context(max_nodes, true, "talker step graph context");
     ggml_context * ctx = step_ctx_.get();
 
     ggml_tensor * x = in_embed_;
