@@ -264,3 +264,117 @@ def test_expectations_regenerate_identically(tmp_path):
         committed = expected(vocab)
         for key in ("added_tokens", "encode", "prompts"):
             assert fresh[key] == committed[key], f"{vocab}.json {key} changed (transformers {fresh['versions']})"
+
+
+# -- long text: sentences and synthesis segments ---------------------------------------------------
+
+from vocable.text import MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, speech_units, split_for_synthesis, split_sentences  # noqa: E402
+
+
+@pytest.mark.parametrize("text,sentences", [
+    ("Hello there. How are you? Fine!", ["Hello there.", "How are you?", "Fine!"]),
+    ("Dr. Smith met Mrs. Jones at St. Paul's.", ["Dr. Smith met Mrs. Jones at St. Paul's."]),
+    ("It costs 3.5 dollars. That is 2.75 less.", ["It costs 3.5 dollars.", "That is 2.75 less."]),
+    ("Some fruit, e.g. apples, i.e. red ones. Next.", ["Some fruit, e.g. apples, i.e. red ones.", "Next."]),
+    ("See Fig. 3 and No. 5 on Jan. 12. Done.", ["See Fig. 3 and No. 5 on Jan. 12.", "Done."]),
+    ("J. R. R. Tolkien lived in the U.K. for years.", ["J. R. R. Tolkien lived in the U.K. for years."]),
+    ("Wait... what? Really?! Yes.", ["Wait... what?", "Really?!", "Yes."]),
+    ("Apples, pears, etc. Then more.", ["Apples, pears, etc.", "Then more."]),
+    ("He said \"Stop.\" Then he left.", ["He said \"Stop.\"", "Then he left."]),
+    ("The end is near.Really near.", ["The end is near.Really near."]),
+    ("你好。我是小明！你呢？好的", ["你好。", "我是小明！", "你呢？", "好的"]),
+    ("「行こう。」と彼は言った。はい。", ["「行こう。」", "と彼は言った。", "はい。"]),
+    ("안녕하세요. 반갑습니다!", ["안녕하세요.", "반갑습니다!"]),
+    ("Hello!你好。", ["Hello!", "你好。"]),
+    ("Title\nFirst line of text.\nsecond half, wrapped.\n\nNew paragraph here.  And more.",
+     ["Title", "First line of text.", "second half, wrapped.", "New paragraph here.", "And more."]),
+    ("a line that is hard\nwrapped in the middle.", ["a line that is hard\nwrapped in the middle."]),
+    ("  padded.   ", ["padded."]),
+])
+def test_split_sentences(text, sentences):
+    assert split_sentences(text) == sentences
+
+
+def test_speech_units_weigh_scripts():
+    assert speech_units("Hello world") == 11
+    assert speech_units("a    b") == 3  # a run of spaces is one pause
+    assert speech_units("你好") == 6 and speech_units("かな") == 4 and speech_units("한국") == 4
+
+
+def test_short_text_is_one_segment_unchanged():
+    text = "  Hello world, this is a test. Okay. Yeah.\n"
+    assert split_for_synthesis(text) == [text]
+
+
+def english_paragraphs(n_sentences: int, paragraphs: int = 1) -> str:
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+    paras = []
+    for p in range(paragraphs):
+        sents = [f"Sentence {p}-{i} says {' '.join(words[(i + j) % len(words)] for j in range(6 + i % 5))}."
+                 for i in range(n_sentences)]
+        paras.append(" ".join(sents))
+    return "\n\n".join(paras)
+
+
+def check_segments(text: str, segments: list[str], max_units: int = MAX_SEGMENT_UNITS):
+    assert all(s == s.strip() and s for s in segments)
+    # every word once, in order
+    assert " ".join(segments).split() == text.split()
+    for s in segments:
+        assert speech_units(s) <= max_units + MIN_SEGMENT_UNITS, s
+
+
+def test_long_text_packs_whole_sentences():
+    text = english_paragraphs(40)
+    segments = split_for_synthesis(text)
+    assert len(segments) > 3
+    check_segments(text, segments)
+    sentences = split_sentences(text)
+    for seg in segments:  # whole sentences only
+        assert seg.endswith(".") and seg.split(". ")[0] + ("." if ". " in seg else "") in " ".join(sentences)
+    # packed: no two neighbours would fit together
+    for a, b in zip(segments, segments[1:]):
+        assert speech_units(a + " " + b) > MAX_SEGMENT_UNITS
+
+
+def test_paragraphs_start_segments():
+    text = english_paragraphs(3, paragraphs=4)
+    assert speech_units(text) > MAX_SEGMENT_UNITS
+    segments = split_for_synthesis(text)
+    assert len(segments) == 4 and all(s.startswith(f"Sentence {i}-0") for i, s in enumerate(segments))
+
+
+def test_tiny_pieces_are_merged():
+    text = english_paragraphs(12) + "\n\nOkay.\n\n" + english_paragraphs(12)
+    segments = split_for_synthesis(text)
+    check_segments(text, segments)
+    assert "Okay." not in segments
+    assert all(speech_units(s) >= MIN_SEGMENT_UNITS for s in segments)
+
+
+def test_long_sentence_cut_at_clauses_then_spaces():
+    clauses = ", ".join(f"clause number {i} goes on for a while" for i in range(30)) + "."
+    segments = split_for_synthesis(clauses)
+    check_segments(clauses, segments)
+    assert all(s.endswith((",", ".")) for s in segments)
+    sizes = [speech_units(s) for s in segments]
+    assert max(sizes) - min(sizes) < 60, sizes  # balanced, no tiny remainder
+    words = " ".join(f"word{i}" for i in range(300))
+    segments = split_for_synthesis(words)
+    check_segments(words, segments)
+    assert len(segments) == -(-speech_units(words) // MAX_SEGMENT_UNITS)
+
+
+def test_cjk_without_punctuation_is_cut_by_length():
+    text = "我" * 500
+    segments = split_for_synthesis(text)
+    assert "".join(segments) == text
+    assert all(speech_units(s) <= MAX_SEGMENT_UNITS for s in segments)
+    cjk = "今天天气很好，我们去公园散步吧。" * 30
+    segments = split_for_synthesis(cjk)
+    assert "".join(segments) == cjk and all(s.endswith(("。", "，")) for s in segments)
+
+
+def test_segments_refuse_empty_text():
+    with pytest.raises(TextError):
+        split_for_synthesis("   ")

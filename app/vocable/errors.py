@@ -19,3 +19,7 @@ class ModelError(VocableError):
 
 class SynthesisCancelled(VocableError):
     """A synthesis was stopped on request."""
+
+
+class AudioDeviceError(VocableError):
+    """Audio cannot be played: no PortAudio library, no output device, or the device refused."""
