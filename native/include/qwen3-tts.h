@@ -16,7 +16,7 @@
  *     tp.text_ids = ids; tp.n_text_ids = n_ids;       // "<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
  *     tp.voice = &ref;                                // x-vector mode; QT_CLONE_IN_CONTEXT adds the transcript
  *     qt_tts_result res;
- *     if (qt_synthesize(ctx, &tp, &res) == QT_STATUS_OK) { ... res.codes[frame * res.n_codebooks + q] ... }
+ *     if (qt_synthesize(ctx, &tp, &res) == QT_STATUS_OK) { ... res.pcm[0 .. res.n_samples) at 24 kHz ... }
  *     qt_tts_result_free(&res);
  *     qt_voice_ref_free(&ref);
  *     qt_free(ctx);
@@ -48,8 +48,13 @@
 #    define QT_API
 #endif
 
-#define QT_ABI_VERSION     2
-#define QT_ABI_MIN_VERSION 1  /* version 2 added qt_tts_params; qt_init_params is unchanged since 1 */
+#define QT_ABI_VERSION     3
+/* Version 3 added audio: qt_init_params.codec_chunk_sec, the audio fields of qt_chunk and
+ * qt_tts_result (so their size changed) and qt_decode. Callers built for 1 or 2 are refused. */
+#define QT_ABI_MIN_VERSION 3
+
+/* Width of a buffered decode chunk when qt_init_params.codec_chunk_sec <= 0, in seconds. */
+#define QT_DEFAULT_CODEC_CHUNK_SEC 2.0f
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,6 +90,9 @@ typedef struct qt_init_params {
     const char *    dump_dir;      /* NULL or "": no dumps; else every stage writes <name>.npy there */
     qt_log_callback log_callback;  /* NULL: warnings and errors go to stderr */
     void *          log_callback_user_data;
+    float           codec_chunk_sec; /* codec decode chunk width (buffered decode, and the
+                                        largest streamed chunk); <= 0: QT_DEFAULT_CODEC_CHUNK_SEC.
+                                        Resolved to whole frames when the model loads. */
 } qt_init_params;
 
 /* What a loaded model is; filled by qt_get_model_info(). */
@@ -99,6 +107,7 @@ typedef struct qt_model_info {
     int32_t predictor_hidden;
     int32_t predictor_layers;
     int32_t weight_type;        /* ggml_type of the talker's matrices */
+    int32_t codec_chunk_frames; /* qt_init_params.codec_chunk_sec resolved to frames */
     char    variant[16];        /* "0.6B", "1.7B" or the converter's size tag */
 } qt_model_info;
 
@@ -128,15 +137,22 @@ typedef struct qt_sampling {
  * QT_STATUS_CANCELLED). */
 typedef bool (*qt_cancel_callback)(void * user_data);
 
-/* What qt_tts_params.chunk_callback receives as generation goes: the codes of new frames. */
+/* What qt_tts_params.chunk_callback receives while generating: new frames and their audio.
+ * Everything is valid during the call only. */
 typedef struct qt_chunk {
-    const int32_t * codes;        /* [n_frames * n_codebooks], frame-major; valid during the call */
+    const int32_t * codes;        /* [n_frames * n_codebooks], frame-major */
     int32_t         n_frames;
     int32_t         n_codebooks;
     int32_t         first_frame;  /* index of the first of these frames in the whole result */
+    const float *   pcm;          /* [n_samples] mono at the model's sample rate: these frames' audio */
+    int32_t         n_samples;    /* n_frames * samples_per_frame */
+    int64_t         first_sample; /* index of pcm[0] in the whole result's audio */
 } qt_chunk;
 
-/* Called as frames are generated; return false to cancel (QT_STATUS_CANCELLED). */
+/* Streaming: called as audio is decoded during generation. The first chunk holds the first
+ * frame; each next one twice as many frames as the one before, up to codec_chunk_frames; the
+ * last holds what remains. Joined, the chunks equal qt_tts_result.pcm. Return false to cancel
+ * (QT_STATUS_CANCELLED). */
 typedef bool (*qt_chunk_callback)(const qt_chunk * chunk, void * user_data);
 
 typedef struct qt_tts_params {
@@ -154,7 +170,8 @@ typedef struct qt_tts_params {
     int32_t             max_frames;         /* <= 0: qt_default_max_frames(n_text_ids) */
     qt_cancel_callback  cancel_callback;
     void *              cancel_callback_user_data;
-    qt_chunk_callback   chunk_callback;     /* NULL: none; called once per generated frame */
+    qt_chunk_callback   chunk_callback;     /* NULL: no streaming (the audio is decoded in
+                                               codec_chunk_frames chunks as frames arrive) */
     void *              chunk_callback_user_data;
 } qt_tts_params;
 
@@ -163,7 +180,16 @@ typedef struct qt_tts_result {
     int32_t   n_frames;
     int32_t   n_codebooks;
     bool      reached_eos;  /* false when the frame cap stopped generation */
+    float *   pcm;          /* [n_samples] mono at the model's sample rate; in-context mode
+                               leaves the reference's own audio out */
+    int64_t   n_samples;    /* n_frames * samples_per_frame */
 } qt_tts_result;
+
+/* Audio that the engine allocated. */
+typedef struct qt_audio {
+    float * pcm;        /* [n_samples] mono at the model's sample rate */
+    int64_t n_samples;
+} qt_audio;
 
 /* Library version string ("MAJOR.MINOR.PATCH") and the ABI range this build accepts. */
 QT_API const char * qt_version(void);
@@ -210,7 +236,9 @@ QT_API qt_tts_params qt_tts_default_params(void);
 QT_API int32_t qt_default_max_frames(int32_t n_text_ids);
 
 /* Generates the codec codes of the text in the voice, frame by frame, until EOS or the frame
- * cap. Returns QT_STATUS_OK with `out` owning the codes (free with qt_tts_result_free);
+ * cap, and decodes them to audio as they come (streamed to chunk_callback when set). In-context
+ * mode primes the decoder with the reference codes so the audio continues the reference.
+ * Returns QT_STATUS_OK with `out` owning codes and audio (free with qt_tts_result_free);
  * QT_STATUS_INVALID_PARAMS for NULL or inconsistent arguments (ABI version, ids, language,
  * voice width); QT_STATUS_INVALID_MODE for in-context mode without transcript or codes;
  * QT_STATUS_CANCELLED when the cancel callback asked for it (nothing is kept; the context stays
@@ -219,6 +247,20 @@ QT_API qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, q
 
 /* Releases what qt_synthesize() allocated and zeroes the struct. NULL is a no-op. */
 QT_API void qt_tts_result_free(qt_tts_result * result);
+
+/* Decodes codec codes ([n_frames * n_codebooks], frame-major; negative codes count as 0) to
+ * n_frames * samples_per_frame samples. The codec decoder is causal and carries its state from
+ * one chunk to the next (the transformer's keys and values over its sliding window, each causal
+ * convolution's last inputs), so decoding in chunks of `chunk_frames` (<= 0: the context's
+ * codec_chunk_frames) gives the same audio as one pass over all frames; the chunk width only
+ * bounds memory. On success `out` owns the audio (free with qt_audio_free).
+ * Returns QT_STATUS_INVALID_PARAMS for NULL arguments, n_frames < 1, the wrong number of
+ * codebooks or a code >= codebook_size; QT_STATUS_OUT_OF_MEMORY or QT_STATUS_FAILED otherwise. */
+QT_API qt_status qt_decode(qt_context * ctx, const int32_t * codes, int32_t n_frames, int32_t n_codebooks,
+                           int32_t chunk_frames, qt_audio * out);
+
+/* Releases what qt_decode() allocated and zeroes the struct. NULL is a no-op. */
+QT_API void qt_audio_free(qt_audio * audio);
 
 #ifdef __cplusplus
 }

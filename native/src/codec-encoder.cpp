@@ -15,25 +15,6 @@ namespace qt {
 
 namespace {
 
-// A weight as f32 host values, whatever its stored type.
-std::vector<float> weight_f32(const ggml_tensor * t) {
-    const int64_t n = ggml_nelements(t);
-    std::vector<float> out(size_t(n), 0.0f);
-    if (t->type == GGML_TYPE_F32) {
-        ggml_backend_tensor_get(t, out.data(), 0, size_t(n) * sizeof(float));
-        return out;
-    }
-    const ggml_type_traits * traits = ggml_get_type_traits(t->type);
-    if (!traits->to_float) {
-        throw error(QT_STATUS_INVALID_PARAMS,
-                    format("codec encoder: tensor '%s' has unsupported type %s", t->name, ggml_type_name(t->type)));
-    }
-    std::vector<uint8_t> raw(ggml_nbytes(t));
-    ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
-    traits->to_float(raw.data(), out.data(), n);
-    return out;
-}
-
 pad_mode parse_pad_mode(const std::string & path, const std::string & mode) {
     if (mode == "constant") {
         return pad_mode::zeros;
@@ -204,7 +185,7 @@ void codec_encoder::prepare_codebook_norms(model_loader & ml) {
     ggml_backend_buffer_set_usage(derived_buf_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (rvq * q : { &semantic_, &acoustic_ }) {
         for (size_t j = 0; j < q->codebooks.size(); ++j) {
-            const std::vector<float> cb = weight_f32(q->codebooks[j]);
+            const std::vector<float> cb = tensor_f32(q->codebooks[j]);
             std::vector<float>       norms(size_t(hp_.codebook_size));
             for (int64_t e = 0; e < hp_.codebook_size; ++e) {
                 double acc = 0.0;

@@ -53,6 +53,33 @@ ggml_context_ptr new_metadata_context(size_t n_tensors, bool with_graph, const c
     return ctx;
 }
 
+std::vector<float> tensor_f32(const ggml_tensor * t) {
+    const int64_t n = ggml_nelements(t);
+    std::vector<float> out(size_t(n), 0.0f);
+    if (t->type == GGML_TYPE_F32) {
+        ggml_backend_tensor_get(t, out.data(), 0, size_t(n) * sizeof(float));
+        return out;
+    }
+    const ggml_type_traits * traits = ggml_get_type_traits(t->type);
+    if (!traits->to_float) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("tensor '%s' has unsupported type %s", t->name, ggml_type_name(t->type)));
+    }
+    std::vector<uint8_t> raw(ggml_nbytes(t));
+    ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
+    traits->to_float(raw.data(), out.data(), n);
+    return out;
+}
+
+void compute_graph(ggml_backend_t backend, ggml_cgraph * graph, const char * what) {
+    const ggml_status status = ggml_backend_graph_compute(backend, graph);
+    if (status == GGML_STATUS_ABORTED) {
+        throw error(QT_STATUS_CANCELLED, "synthesis cancelled");
+    }
+    if (status != GGML_STATUS_SUCCESS) {
+        throw error(QT_STATUS_FAILED, format("%s failed", what));
+    }
+}
+
 // ---- cpu_backend -----------------------------------------------------------------------------
 
 cpu_backend::cpu_backend(int n_threads) : n_threads_(n_threads) {
@@ -94,6 +121,16 @@ void cpu_backend::trim_allocator() const noexcept {
     }
 }
 
+void cpu_backend::set_cancel(const std::function<bool()> * cancelled) const {
+    if (!cancelled) {
+        ggml_backend_cpu_set_abort_callback(backend_.get(), nullptr, nullptr);
+        return;
+    }
+    ggml_backend_cpu_set_abort_callback(
+        backend_.get(), [](void * data) { return (*static_cast<const std::function<bool()> *>(data))(); },
+        const_cast<std::function<bool()> *>(cancelled));
+}
+
 // ---- graph_run -------------------------------------------------------------------------------
 
 graph_run::graph_run(const cpu_backend & backend, const stage_dumper & dumper, size_t max_nodes)
@@ -124,11 +161,20 @@ ggml_tensor * graph_run::stage(ggml_tensor * t, const std::string & name) {
     return t;
 }
 
+ggml_tensor * graph_run::output(ggml_tensor * t) {
+    ggml_set_output(t);
+    outputs_.push_back(t);
+    return t;
+}
+
 void graph_run::compute(ggml_tensor * result) {
     ggml_set_output(result);
     ggml_cgraph * graph = ggml_new_graph_custom(ctx_.get(), max_nodes_, false);
     for (auto & s : stages_) {
         ggml_build_forward_expand(graph, s.second);
+    }
+    for (ggml_tensor * t : outputs_) {
+        ggml_build_forward_expand(graph, t);
     }
     ggml_build_forward_expand(graph, result);
 
@@ -141,9 +187,7 @@ void graph_run::compute(ggml_tensor * result) {
     for (auto & in : inputs_) {
         ggml_backend_tensor_set(in.tensor, in.bytes.data(), 0, in.bytes.size());
     }
-    if (ggml_backend_graph_compute(backend_.get(), graph) != GGML_STATUS_SUCCESS) {
-        throw error(QT_STATUS_FAILED, "graph computation failed");
-    }
+    compute_graph(backend_.get(), graph, "graph computation");
     for (auto & s : stages_) {
         dumper_.write(s.first, s.second);
     }

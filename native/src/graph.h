@@ -34,6 +34,14 @@ private:
 // nodes when `with_graph`. Throws qt::error (QT_STATUS_OUT_OF_MEMORY) naming `what`.
 ggml_context_ptr new_metadata_context(size_t n_tensors, bool with_graph, const char * what);
 
+// A tensor's values as f32 host values, whatever its stored type (f32, f16 or quantized).
+// Throws qt::error for a type ggml cannot convert.
+std::vector<float> tensor_f32(const ggml_tensor * t);
+
+// Computes a graph that is already allocated; throws QT_STATUS_CANCELLED when the backend's
+// cancel check stopped it and QT_STATUS_FAILED naming `what` on any other failure.
+void compute_graph(ggml_backend_t backend, ggml_cgraph * graph, const char * what);
+
 // One CPU backend with a persistent thread pool. Owned by the context and shared by all
 // components so threads are created once.
 class cpu_backend {
@@ -51,6 +59,9 @@ public:
     // Frees the compute buffer once it has grown past what typical requests need (a long
     // reference clip can take a gigabyte), so an idle engine does not hold it.
     void trim_allocator() const noexcept;
+    // While set, graph computations poll `cancelled` between nodes and stop early
+    // (graph_run::compute then throws QT_STATUS_CANCELLED). nullptr clears it.
+    void set_cancel(const std::function<bool()> * cancelled) const;
 
 private:
     ggml_backend_ptr  backend_;
@@ -84,6 +95,9 @@ public:
     // Names a stage output and keeps it for the dump when dumping is enabled.
     ggml_tensor * stage(ggml_tensor * t, const std::string & name);
 
+    // Computes `t` too (a second output of the graph) and keeps it readable afterwards.
+    ggml_tensor * output(ggml_tensor * t);
+
     // Computes everything `result` depends on (and the dumped stages). Throws qt::error.
     void compute(ggml_tensor * result);
 
@@ -103,6 +117,7 @@ private:
     size_t                     max_nodes_;
     ggml_context_ptr           ctx_;
     std::vector<pending_input> inputs_;
+    std::vector<ggml_tensor *> outputs_;
     std::vector<std::pair<std::string, ggml_tensor *>> stages_;
 };
 

@@ -1,6 +1,7 @@
 // The C API: parameter and ABI checks, the context, and the exception-to-status boundary.
 #include "qwen3-tts.h"
 
+#include "codec-decoder.h"
 #include "codec-encoder.h"
 #include "gguf-names.h"
 #include "graph.h"
@@ -36,6 +37,7 @@ struct qt_context {
     qt::mel_frontend                  mel{ 24000 };
     qt::speaker_encoder               speaker;
     qt::codec_encoder                 codec_enc;
+    qt::codec_decoder                 codec_dec;
     qt::talker                        talker;
     qt::prompt_builder                prompts;
     qt::code_predictor                predictor;
@@ -108,6 +110,15 @@ void fill_model_info(qt::model_loader & loader, qt_model_info & info, const qt::
     }
 }
 
+// A malloc'd copy for the caller to free (never NULL for empty audio unless out of memory).
+float * copy_audio(const std::vector<float> & pcm) {
+    auto * out = static_cast<float *>(malloc(std::max<size_t>(pcm.size(), 1) * sizeof(float)));
+    if (out) {
+        std::copy(pcm.begin(), pcm.end(), out);
+    }
+    return out;
+}
+
 } // namespace
 
 extern "C" {
@@ -127,6 +138,7 @@ qt_init_params qt_init_default_params(void) {
         /*.dump_dir               =*/ nullptr,
         /*.log_callback           =*/ nullptr,
         /*.log_callback_user_data =*/ nullptr,
+        /*.codec_chunk_sec        =*/ QT_DEFAULT_CODEC_CHUNK_SEC,
     };
     return p;
 }
@@ -157,6 +169,7 @@ qt_context * qt_init(const qt_init_params * params) {
         qt::model_loader loader(params->model_path, ctx->backend->get());
         ctx->speaker.load(loader);
         ctx->codec_enc.load(loader);
+        ctx->codec_dec.load(loader);
         ctx->talker.load(loader);
         ctx->prompts.load(loader, ctx->talker);
         ctx->predictor.load(loader, ctx->talker);
@@ -167,6 +180,16 @@ qt_context * qt_init(const qt_init_params * params) {
                                                                  params->model_path));
         }
         fill_model_info(loader, ctx->info, ctx->speaker, ctx->codec_enc);
+        const auto & dec = ctx->codec_dec.hparams();
+        if (dec.sample_rate != ctx->info.sample_rate || dec.frame_samples != ctx->info.samples_per_frame ||
+            dec.n_quantizers != ctx->info.n_codebooks || dec.codebook_size != ctx->info.codebook_size) {
+            throw qt::error(QT_STATUS_INVALID_PARAMS,
+                            qt::format("%s is inconsistent: the codec decoder's rate, frame or codebooks differ from "
+                                       "the encoder's", params->model_path));
+        }
+        const float  chunk_sec = params->codec_chunk_sec > 0.0f ? params->codec_chunk_sec : QT_DEFAULT_CODEC_CHUNK_SEC;
+        const double frame_rate = double(dec.sample_rate) / dec.frame_samples;
+        ctx->info.codec_chunk_frames = int32_t(std::clamp(std::lround(chunk_sec * frame_rate), 1L, long(k_max_frames)));
         const size_t weight_bytes = loader.weight_bytes();
         ctx->weights_ctx = loader.take_context();
         ctx->weights_buf = loader.take_buffer();
@@ -358,17 +381,25 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
         if (params->cancel_callback) {
             req.cancelled = [params] { return params->cancel_callback(params->cancel_callback_user_data); };
         }
+        req.chunk_frames = ctx->info.codec_chunk_frames;
         if (params->chunk_callback) {
             const int32_t n_books = ctx->info.n_codebooks;
-            req.on_frame = [params, n_books](const int32_t * codes, int64_t frame) {
-                const qt_chunk chunk = { codes, 1, n_books, int32_t(frame) };
+            req.on_chunk = [params, n_books](const int32_t * codes, int64_t n_frames, int64_t first_frame,
+                                             const float * pcm, int64_t n_samples, int64_t first_sample) {
+                const qt_chunk chunk = { codes, int32_t(n_frames), n_books, int32_t(first_frame),
+                                         pcm,   int32_t(n_samples), first_sample };
                 return params->chunk_callback(&chunk, params->chunk_callback_user_data);
             };
+        }
+        if (in_context) {
+            req.prime_codes = params->voice->codes;
+            req.n_prime_frames = params->voice->n_frames;
         }
         if (!ctx->predictor_state) {
             ctx->predictor_state = std::make_unique<qt::code_predictor_state>(ctx->predictor, *ctx->backend);
         }
-        result = qt::synthesize(*ctx->backend, ctx->dumper, { ctx->talker, ctx->prompts, *ctx->predictor_state }, req);
+        result = qt::synthesize(*ctx->backend, ctx->dumper,
+                                { ctx->talker, ctx->prompts, *ctx->predictor_state, ctx->codec_dec }, req);
     });
     if (status != QT_STATUS_OK) {
         return status;
@@ -383,6 +414,14 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
         return QT_STATUS_OUT_OF_MEMORY;
     }
     std::copy(result.codes.begin(), result.codes.end(), out->codes);
+    out->pcm = copy_audio(result.pcm);
+    if (!out->pcm) {
+        free(out->codes);
+        memset(out, 0, sizeof(*out));
+        qt::set_last_error("out of memory");
+        return QT_STATUS_OUT_OF_MEMORY;
+    }
+    out->n_samples = int64_t(result.pcm.size());
     return QT_STATUS_OK;
 }
 
@@ -391,7 +430,69 @@ void qt_tts_result_free(qt_tts_result * result) {
         return;
     }
     free(result->codes);
+    free(result->pcm);
     memset(result, 0, sizeof(*result));
+}
+
+qt_status qt_decode(qt_context * ctx, const int32_t * codes, int32_t n_frames, int32_t n_codebooks,
+                    int32_t chunk_frames, qt_audio * out) {
+    if (out) {
+        memset(out, 0, sizeof(*out));
+    }
+    if (!ctx || !codes || !out) {
+        qt::set_last_error("qt_decode: NULL argument");
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    if (n_frames < 1) {
+        qt::set_last_error(qt::format("qt_decode: %d frames; at least one is needed", n_frames));
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    if (n_codebooks != ctx->info.n_codebooks) {
+        qt::set_last_error(qt::format("qt_decode: codes have %d codebooks; the model needs %d", n_codebooks,
+                                      ctx->info.n_codebooks));
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    const int64_t n_codes = int64_t(n_frames) * n_codebooks;
+    for (int64_t i = 0; i < n_codes; ++i) {
+        if (codes[i] >= ctx->info.codebook_size) {
+            qt::set_last_error(qt::format("qt_decode: code %d of frame %lld is outside the codebook (size %d)", codes[i],
+                                          (long long) (i / n_codebooks), ctx->info.codebook_size));
+            return QT_STATUS_INVALID_PARAMS;
+        }
+    }
+    qt::log_scope scope(ctx->log);
+    std::vector<float> pcm;
+    const qt_status status = guarded([&] {
+        const auto    t0 = std::chrono::steady_clock::now();
+        const int64_t width = chunk_frames > 0 ? chunk_frames : ctx->info.codec_chunk_frames;
+        qt::codec_stream stream(ctx->codec_dec);
+        for (int64_t f = 0; f < n_frames; f += width) {
+            const int64_t n = std::min<int64_t>(width, n_frames - f);
+            const std::vector<float> part = stream.decode(*ctx->backend, ctx->dumper, codes + f * n_codebooks, n);
+            pcm.insert(pcm.end(), part.begin(), part.end());
+        }
+        const double seconds = double(pcm.size()) / ctx->info.sample_rate;
+        QT_LOG_INFO("[Perf] codec decode: %.1f ms per second of audio (%d frames in chunks of %lld)",
+                    ms_since(t0) / seconds, n_frames, (long long) width);
+    });
+    if (status != QT_STATUS_OK) {
+        return status;
+    }
+    out->pcm = copy_audio(pcm);
+    if (!out->pcm) {
+        qt::set_last_error("out of memory");
+        return QT_STATUS_OUT_OF_MEMORY;
+    }
+    out->n_samples = int64_t(pcm.size());
+    return QT_STATUS_OK;
+}
+
+void qt_audio_free(qt_audio * audio) {
+    if (!audio) {
+        return;
+    }
+    free(audio->pcm);
+    memset(audio, 0, sizeof(*audio));
 }
 
 void qt_voice_ref_free(qt_voice_ref * ref) {

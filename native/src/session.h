@@ -1,9 +1,11 @@
 // One synthesis request, frame by frame: prompt -> talker prefill -> per frame, code0 from the
 // talker's logits (host sampler), codes 1..15 from the code predictor, and the next talker
 // input (the frame's codec-side vector plus the next trailing text vector, or the text pad).
+// The codec decoder turns frames into audio as they come, in chunks.
 #pragma once
 
 #include "code-predictor.h"
+#include "codec-decoder.h"
 #include "graph.h"
 #include "prompt.h"
 #include "sampler.h"
@@ -20,14 +22,23 @@ struct synthesis_request {
     talker_sampling       talker;
     cp_sampling           predictor;
     int64_t               max_frames = 0;
-    std::function<bool()> cancelled;  // polled once per frame
-    // Receives each new frame's codes (n_codebooks values) and its index; false cancels.
-    std::function<bool(const int32_t * codes, int64_t frame)> on_frame;
+    // Polled once per frame and between the nodes of every graph.
+    std::function<bool()> cancelled;
+    // Widest decode chunk. With on_chunk (streaming) chunks grow 1, 2, 4, ... frames up to it;
+    // without, every chunk but the last has this width.
+    int64_t               chunk_frames = 1;
+    // Receives each decoded chunk: its frames' codes and audio; false cancels.
+    std::function<bool(const int32_t * codes, int64_t n_frames, int64_t first_frame, const float * pcm,
+                       int64_t n_samples, int64_t first_sample)> on_chunk;
+    // In-context mode: the reference codes the audio continues (the decoder is primed with them).
+    const int32_t *       prime_codes = nullptr;
+    int64_t               n_prime_frames = 0;
 };
 
 struct synthesis_result {
     std::vector<int32_t> codes;  // [n_frames][n_codebooks]
     int64_t              n_frames = 0;
+    std::vector<float>   pcm;    // n_frames * frame_samples samples
     int                  n_codebooks = 0;
     bool                 reached_eos = false;
 };
@@ -38,10 +49,12 @@ struct synthesis_models {
     const talker &         talker_model;
     const prompt_builder & prompts;
     code_predictor_state & predictor;
+    const codec_decoder &  decoder;
 };
 
-// Throws qt::error (QT_STATUS_CANCELLED when `cancelled` or `on_frame` said so). Dumps the prompt, the
-// talker's prefill stages, the first frame's code predictor stages and "codes".
+// Throws qt::error (QT_STATUS_CANCELLED when `cancelled` or `on_chunk` said so). Dumps the prompt, the
+// talker's prefill stages, the first frame's code predictor stages, "codes" and the first decode
+// chunk's stages.
 synthesis_result synthesize(const cpu_backend & backend, const stage_dumper & dumper, const synthesis_models & models,
                             const synthesis_request & req);
 

@@ -1,0 +1,507 @@
+#include "codec-decoder.h"
+
+#include "cpu-ops.h"
+#include "gguf-names.h"
+#include "log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace qt {
+
+namespace {
+
+// Taps of every residual unit's dilated convolution (fixed by the architecture).
+constexpr int k_res_kernel = 7;
+constexpr int k_res_dilations[] = { 1, 3, 9 };
+constexpr int k_dw_kernel = 7;       // ConvNeXt depthwise conv
+constexpr int k_conv_kernel = 7;     // decoder input and output convs
+constexpr int k_pre_conv_kernel = 3;
+constexpr float k_convnext_eps = 1e-6f;
+
+size_t row_bytes(const ggml_tensor * t) { return ggml_row_size(t->type, t->ne[0]); }
+
+const stage_dumper & no_dumps() {
+    static const stage_dumper none;
+    return none;
+}
+
+} // namespace
+
+// ---- loading ---------------------------------------------------------------------------------
+
+codec_decoder::conv codec_decoder::load_conv(model_loader & ml, const std::string & name, int64_t c_in,
+                                             int64_t c_out, int kernel, int dilation, bool bias) {
+    conv c;
+    c.w = ml.require(name + ".weight", { c_in, kernel, c_out });
+    c.b = bias ? ml.require(name + ".bias", { c_out }) : nullptr;
+    c.dilation = dilation;
+    c.c_in = c_in;
+    c.history = int64_t(dilation) * (kernel - 1);
+    if (c.history > 0) {
+        c.slot = n_slots_++;
+        slot_channels_.push_back(c_in);
+        slot_frames_.push_back(c.history);
+    }
+    return c;
+}
+
+// Output sample n of a transposed conv with kernel m * s and stride s, its right overhang
+// dropped, is sum over j < m of x[n / s - j] . W[:, :, n % s + j s]: a convolution over m
+// input frames whose s * C_out outputs per frame are the s output frames (phase-major). Rows
+// of the stored weight (C_in, K, C_out) are moved, not converted, so any weight type works.
+codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::string & name, int64_t c_in,
+                                               int64_t c_out, int kernel, int stride) {
+    ggml_tensor * w = ml.require(name + ".weight", { c_in, kernel, c_out });
+    ggml_tensor * b = ml.require(name + ".bias", { c_out });
+    if (kernel % stride != 0) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s: transposed conv kernel %d is not a multiple of its stride %d",
+                                                     name.c_str(), kernel, stride));
+    }
+    const int m = kernel / stride;
+    tconv t;
+    t.c_out = c_out;
+    t.stride = stride;
+    t.phases.c_in = c_in;
+    t.phases.history = m - 1;
+    if (m > 1) {
+        t.phases.slot = n_slots_++;
+        slot_channels_.push_back(c_in);
+        slot_frames_.push_back(m - 1);
+    }
+    ggml_context * ctx = derived_ctx_.get();
+    t.phases.w = ggml_new_tensor_3d(ctx, w->type, c_in, m, int64_t(stride) * c_out);
+    t.phases.b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, int64_t(stride) * c_out);
+
+    const size_t         rb = row_bytes(w);
+    std::vector<uint8_t> src(ggml_nbytes(w));
+    ggml_backend_tensor_get(w, src.data(), 0, src.size());
+    std::vector<uint8_t> dst(src.size());
+    for (int p = 0; p < stride; ++p) {
+        for (int64_t co = 0; co < c_out; ++co) {
+            for (int j = 0; j < m; ++j) {
+                // window position j' = m - 1 - j holds frame t - j
+                const int64_t k = p + int64_t(j) * stride;
+                const int64_t out_row = (int64_t(p) * c_out + co) * m + (m - 1 - j);
+                std::memcpy(dst.data() + size_t(out_row) * rb, src.data() + size_t(co * kernel + k) * rb, rb);
+            }
+        }
+    }
+    pending_.push_back({ t.phases.w, std::move(dst) });
+
+    const std::vector<float> bias = tensor_f32(b);
+    std::vector<float>       phased;
+    for (int p = 0; p < stride; ++p) {
+        phased.insert(phased.end(), bias.begin(), bias.end());
+    }
+    std::vector<uint8_t> bytes(phased.size() * sizeof(float));
+    std::memcpy(bytes.data(), phased.data(), bytes.size());
+    pending_.push_back({ t.phases.b, std::move(bytes) });
+    return t;
+}
+
+codec_decoder::snake codec_decoder::load_snake(model_loader & ml, const std::string & name, int64_t channels) {
+    const std::vector<float> alpha = tensor_f32(ml.require(name + ".alpha", { channels }));
+    const std::vector<float> beta = tensor_f32(ml.require(name + ".beta", { channels }));
+    std::vector<float>       a(static_cast<size_t>(channels)), inv_b(static_cast<size_t>(channels));
+    for (size_t c = 0; c < a.size(); ++c) {
+        a[c] = std::exp(alpha[c]);
+        inv_b[c] = float(1.0 / (std::exp(double(beta[c])) + 1e-9));
+    }
+    snake s;
+    s.alpha = ggml_new_tensor_1d(derived_ctx_.get(), GGML_TYPE_F32, channels);
+    s.inv_beta = ggml_new_tensor_1d(derived_ctx_.get(), GGML_TYPE_F32, channels);
+    auto bytes_of = [](const std::vector<float> & v) {
+        std::vector<uint8_t> b(v.size() * sizeof(float));
+        std::memcpy(b.data(), v.data(), b.size());
+        return b;
+    };
+    pending_.push_back({ s.alpha, bytes_of(a) });
+    pending_.push_back({ s.inv_beta, bytes_of(inv_b) });
+    return s;
+}
+
+void codec_decoder::load(model_loader & ml) {
+    const std::string & path = ml.path();
+    hp_.codebook_size = int(ml.get_u32(QT_KEY_CDEC_CODEBOOK_SIZE));
+    hp_.codebook_dim = int(ml.get_u32(QT_KEY_CDEC_CODEBOOK_DIM));
+    hp_.latent_dim = int(ml.get_u32(QT_KEY_CDEC_LATENT_DIM));
+    hp_.decoder_dim = int(ml.get_u32(QT_KEY_CDEC_DECODER_DIM));
+    hp_.hidden = int(ml.get_u32(QT_KEY_CDEC_HIDDEN));
+    hp_.ffn = int(ml.get_u32(QT_KEY_CDEC_FFN));
+    hp_.heads = int(ml.get_u32(QT_KEY_CDEC_HEADS));
+    hp_.kv_heads = int(ml.get_u32(QT_KEY_CDEC_KV_HEADS));
+    hp_.head_dim = int(ml.get_u32(QT_KEY_CDEC_HEAD_DIM));
+    hp_.layers = int(ml.get_u32(QT_KEY_CDEC_LAYERS));
+    hp_.n_quantizers = int(ml.get_u32(QT_KEY_CDEC_QUANTIZERS));
+    hp_.n_semantic = int(ml.get_u32(QT_KEY_CDEC_SEMANTIC_Q));
+    hp_.sliding_window = int(ml.get_u32(QT_KEY_CDEC_SLIDING_WINDOW));
+    hp_.rope_theta = ml.get_f32(QT_KEY_CDEC_ROPE_THETA);
+    hp_.norm_eps = ml.get_f32(QT_KEY_CDEC_NORM_EPS);
+    hp_.sample_rate = int(ml.get_u32(QT_KEY_CDEC_SAMPLE_RATE));
+    hp_.frame_samples = int(ml.get_u32(QT_KEY_CDEC_FRAME_SAMPLES));
+    hp_.upsampling_ratios = ml.get_i32_array(QT_KEY_CDEC_UPSAMPLING_RATIOS);
+    hp_.upsample_rates = ml.get_i32_array(QT_KEY_CDEC_UPSAMPLE_RATES);
+
+    int64_t hop = 1;
+    bool    rates_ok = !hp_.upsample_rates.empty();
+    for (int32_t r : hp_.upsampling_ratios) {
+        rates_ok = rates_ok && r > 0;
+        hop *= std::max(r, 1);
+    }
+    for (int32_t r : hp_.upsample_rates) {
+        rates_ok = rates_ok && r > 0;
+        hop *= std::max(r, 1);
+    }
+    const size_t n_blocks = hp_.upsample_rates.size();
+    const bool   geometry_ok = rates_ok && hop == hp_.frame_samples && hp_.codebook_size > 0 &&
+                             hp_.codebook_dim > 0 && hp_.codebook_dim % 2 == 0 && hp_.latent_dim > 0 &&
+                             hp_.hidden > 0 && hp_.ffn > 0 && hp_.heads > 0 && hp_.kv_heads > 0 &&
+                             hp_.heads % hp_.kv_heads == 0 && hp_.head_dim > 0 && hp_.layers >= 0 &&
+                             hp_.n_semantic > 0 && hp_.n_quantizers > hp_.n_semantic && hp_.sliding_window > 0 &&
+                             n_blocks < 16 && hp_.decoder_dim > 0 && hp_.decoder_dim % (1 << n_blocks) == 0;
+    if (!geometry_ok) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s: unsupported codec decoder geometry (hop %lld for %d samples per frame, codebook dim "
+                           "%d, %d/%d heads, %d/%d quantizers, decoder dim %d over %zu blocks)",
+                           path.c_str(), (long long) hop, hp_.frame_samples, hp_.codebook_dim, hp_.heads,
+                           hp_.kv_heads, hp_.n_semantic, hp_.n_quantizers, hp_.decoder_dim, n_blocks));
+    }
+
+    derived_ctx_ = new_metadata_context(512, false, "codec decoder's weight context");
+    n_slots_ = 0;
+    slot_channels_.clear();
+    slot_frames_.clear();
+    pending_.clear();
+
+    const int64_t half = hp_.codebook_dim / 2;
+    codebooks_.clear();
+    for (int q = 0; q < hp_.n_quantizers; ++q) {
+        const bool semantic = q < hp_.n_semantic;
+        const std::string name = std::string(semantic ? "cdec.rvq_first" : "cdec.rvq_rest") + ".codebook." +
+                                 std::to_string(semantic ? q : q - hp_.n_semantic);
+        codebooks_.push_back(ml.require(name, { half, hp_.codebook_size }));
+    }
+    out_proj_first_ = ml.require("cdec.rvq_first.out_proj.weight", { half, 1, hp_.codebook_dim });
+    out_proj_rest_ = ml.require("cdec.rvq_rest.out_proj.weight", { half, 1, hp_.codebook_dim });
+    pre_conv_ = load_conv(ml, "cdec.pre_conv", hp_.codebook_dim, hp_.latent_dim, k_pre_conv_kernel, 1, true);
+
+    const int64_t H = hp_.hidden;
+    const int64_t q_dim = int64_t(hp_.heads) * hp_.head_dim;
+    const int64_t kv_dim = int64_t(hp_.kv_heads) * hp_.head_dim;
+    tf_in_w_ = ml.require("cdec.tf_in.weight", { hp_.latent_dim, H });
+    tf_in_b_ = ml.has_tensor("cdec.tf_in.bias") ? ml.require("cdec.tf_in.bias", { H }) : nullptr;
+    layers_.clear();
+    for (int i = 0; i < hp_.layers; ++i) {
+        const std::string p = "cdec.blk." + std::to_string(i) + ".";
+        layer l;
+        l.attn_norm = ml.require(p + "attn_norm.weight", { H });
+        l.q = ml.require(p + "attn_q.weight", { H, q_dim });
+        l.k = ml.require(p + "attn_k.weight", { H, kv_dim });
+        l.v = ml.require(p + "attn_v.weight", { H, kv_dim });
+        l.o = ml.require(p + "attn_o.weight", { q_dim, H });
+        l.attn_scale = ml.require(p + "attn_scale", { H });
+        l.ffn_norm = ml.require(p + "ffn_norm.weight", { H });
+        l.gate = ml.require(p + "ffn_gate.weight", { H, hp_.ffn });
+        l.up = ml.require(p + "ffn_up.weight", { H, hp_.ffn });
+        l.down = ml.require(p + "ffn_down.weight", { hp_.ffn, H });
+        l.ffn_scale = ml.require(p + "ffn_scale", { H });
+        layers_.push_back(l);
+    }
+    tf_norm_ = ml.require("cdec.tf_norm.weight", { H });
+    tf_out_w_ = ml.require("cdec.tf_out.weight", { H, hp_.latent_dim });
+    tf_out_b_ = ml.has_tensor("cdec.tf_out.bias") ? ml.require("cdec.tf_out.bias", { hp_.latent_dim }) : nullptr;
+
+    const int64_t L = hp_.latent_dim;
+    upsample_.clear();
+    for (size_t i = 0; i < hp_.upsampling_ratios.size(); ++i) {
+        const std::string p = "cdec.up." + std::to_string(i) + ".";
+        const int         r = hp_.upsampling_ratios[i];
+        convnext          u;
+        u.up = load_tconv(ml, p + "tconv", L, L, r, r);
+        // depthwise weight (1, 7, C) -> taps (C, 7): tap k of every channel is one row
+        const std::vector<float> dw = tensor_f32(ml.require(p + "dwconv.weight", { 1, k_dw_kernel, L }));
+        std::vector<float>       taps(dw.size());
+        for (int64_t c = 0; c < L; ++c) {
+            for (int k = 0; k < k_dw_kernel; ++k) {
+                taps[size_t(k * L + c)] = dw[size_t(c * k_dw_kernel + k)];
+            }
+        }
+        u.dw_w = ggml_new_tensor_2d(derived_ctx_.get(), GGML_TYPE_F32, L, k_dw_kernel);
+        std::vector<uint8_t> bytes(taps.size() * sizeof(float));
+        std::memcpy(bytes.data(), taps.data(), bytes.size());
+        pending_.push_back({ u.dw_w, std::move(bytes) });
+        u.dw_b = ml.require(p + "dwconv.bias", { L });
+        u.dw_slot = n_slots_++;
+        slot_channels_.push_back(L);
+        slot_frames_.push_back(k_dw_kernel - 1);
+        u.norm_w = ml.require(p + "norm.weight", { L });
+        u.norm_b = ml.require(p + "norm.bias", { L });
+        u.pw1_w = ml.require(p + "pw1.weight", { L, 4 * L });
+        u.pw1_b = ml.require(p + "pw1.bias", { 4 * L });
+        u.pw2_w = ml.require(p + "pw2.weight", { 4 * L, L });
+        u.pw2_b = ml.require(p + "pw2.bias", { L });
+        u.gamma = ml.require(p + "gamma", { L });
+        upsample_.push_back(u);
+    }
+
+    // HF decoder.decoder: [0] conv, [1..n] blocks, [n+1] SnakeBeta, [n+2] conv
+    conv_in_ = load_conv(ml, "cdec.dec.0.conv", L, hp_.decoder_dim, k_conv_kernel, 1, true);
+    blocks_.clear();
+    for (size_t i = 0; i < n_blocks; ++i) {
+        const std::string p = "cdec.dec." + std::to_string(i + 1) + ".";
+        const int64_t     c_in = hp_.decoder_dim >> i;
+        const int64_t     c_out = hp_.decoder_dim >> (i + 1);
+        const int         r = hp_.upsample_rates[i];
+        block             b;
+        b.act = load_snake(ml, p + "snake", c_in);
+        b.up = load_tconv(ml, p + "tconv", c_in, c_out, 2 * r, r);
+        for (size_t j = 0; j < std::size(k_res_dilations); ++j) {
+            const std::string q = p + "res" + std::to_string(j + 2) + ".";
+            residual_unit     u;
+            u.act1 = load_snake(ml, q + "snake1", c_out);
+            u.conv1 = load_conv(ml, q + "conv1", c_out, c_out, k_res_kernel, k_res_dilations[j], true);
+            u.act2 = load_snake(ml, q + "snake2", c_out);
+            u.conv2 = load_conv(ml, q + "conv2", c_out, c_out, 1, 1, true);
+            b.res.push_back(u);
+        }
+        blocks_.push_back(std::move(b));
+    }
+    const int64_t c_last = hp_.decoder_dim >> n_blocks;
+    act_out_ = load_snake(ml, "cdec.dec." + std::to_string(n_blocks + 1) + ".snake", c_last);
+    conv_out_ = load_conv(ml, "cdec.dec." + std::to_string(n_blocks + 2) + ".conv", c_last, 1, k_conv_kernel, 1, true);
+
+    // Receptive field of the convolutions after the transformer, in frames: each causal conv
+    // looks back its history at its own rate (samples per frame).
+    double rf = 0.0;
+    double rate = 1.0;
+    for (int32_t r : hp_.upsampling_ratios) {
+        rate *= r;
+        rf += (k_dw_kernel - 1) / rate;
+    }
+    rf += (k_conv_kernel - 1) / rate;
+    for (int32_t r : hp_.upsample_rates) {
+        rf += 1.0 / rate;  // the transposed conv's previous input frame
+        rate *= r;
+        for (int d : k_res_dilations) {
+            rf += double(d) * (k_res_kernel - 1) / rate;
+        }
+    }
+    rf += (k_conv_kernel - 1) / rate;
+    receptive_frames_ = int64_t(std::ceil(rf));
+
+    derive_weights(ml);
+}
+
+void codec_decoder::derive_weights(model_loader & ml) {
+    derived_buf_.reset(ggml_backend_alloc_ctx_tensors_from_buft(derived_ctx_.get(), ggml_backend_cpu_buffer_type()));
+    if (!derived_buf_) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, format("not enough memory for the codec decoder of %s", ml.path().c_str()));
+    }
+    ggml_backend_buffer_set_usage(derived_buf_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    for (const pending_derived & p : pending_) {
+        ggml_backend_tensor_set(p.tensor, p.bytes.data(), 0, p.bytes.size());
+    }
+    pending_.clear();
+    pending_.shrink_to_fit();
+}
+
+// ---- streaming -------------------------------------------------------------------------------
+
+codec_stream::codec_stream(const codec_decoder & decoder) : dec_(decoder) {
+    const size_t n_layers = decoder.layers_.size();
+    k_cache_.resize(n_layers);
+    v_cache_.resize(n_layers);
+    history_.resize(size_t(decoder.n_slots_));
+    for (int s = 0; s < decoder.n_slots_; ++s) {
+        history_[size_t(s)].assign(size_t(decoder.slot_channels_[size_t(s)] * decoder.slot_frames_[size_t(s)]), 0.0f);
+    }
+}
+
+std::vector<float> codec_stream::decode(const cpu_backend & backend, const stage_dumper & dumper,
+                                        const int32_t * codes, int64_t n_frames) {
+    return run(backend, frames_ == 0 ? dumper : no_dumps(), codes, n_frames, true);
+}
+
+void codec_stream::prime(const cpu_backend & backend, const int32_t * codes, int64_t n_frames) {
+    if (frames_ != 0) {
+        throw error(QT_STATUS_FAILED, "codec decoder: only a fresh stream can be primed");
+    }
+    run(backend, no_dumps(), codes, n_frames, false);
+}
+
+std::vector<float> codec_stream::run(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
+                                     int64_t T, bool audio) {
+    const codec_decoder &         d = dec_;
+    const codec_decoder_hparams & hp = d.hp_;
+    const int                     Q = hp.n_quantizers;
+    graph_run                     run(backend, dumper, 16384);
+    ggml_context *                ctx = run.ctx();
+
+    struct state_out {
+        std::vector<float> * dst;
+        ggml_tensor *        t;
+    };
+    std::vector<state_out> state_outs;
+
+    // x = (C, T') preceded by the slot's history; the new history is the last frames of that.
+    auto with_history = [&](ggml_tensor * x, int slot) {
+        if (slot < 0) {
+            return x;
+        }
+        std::vector<float> & h = history_[size_t(slot)];
+        const int64_t        C = x->ne[0];
+        const int64_t        P = int64_t(h.size()) / C;
+        ggml_tensor *        past = run.input_f32("history", h.data(), { C, P });
+        ggml_tensor *        all = ggml_concat(ctx, past, x, 1);
+        ggml_tensor *        tail = ggml_view_2d(ctx, all, C, P, all->nb[1], size_t(all->ne[1] - P) * all->nb[1]);
+        state_outs.push_back({ &h, run.output(ggml_cont(ctx, tail)) });
+        return all;
+    };
+    auto causal = [&](const codec_decoder::conv & c, ggml_tensor * x, ggml_tensor * residual = nullptr) {
+        return conv1d(ctx, with_history(x, c.slot), c.w, c.b, 1, c.dilation, residual);
+    };
+    auto transposed = [&](const codec_decoder::tconv & t, ggml_tensor * x) {
+        ggml_tensor * y = causal(t.phases, x);  // (stride * C_out, T')
+        return ggml_reshape_2d(ctx, y, t.c_out, y->ne[1] * t.stride);
+    };
+    auto activate = [&](const codec_decoder::snake & s, ggml_tensor * x) {
+        return snake_beta(ctx, x, s.alpha, s.inv_beta);
+    };
+
+    // Split RVQ: each group's codebook vectors summed, through its 1x1 output projection.
+    std::vector<int32_t> by_book(size_t(Q * T));
+    for (int64_t t = 0; t < T; ++t) {
+        for (int q = 0; q < Q; ++q) {
+            by_book[size_t(q * T + t)] = std::max(codes[t * Q + q], 0);  // upstream maps padding (-1) to 0
+        }
+    }
+    ggml_tensor * ids = run.input_i32("codes", by_book.data(), { T, Q });
+    auto group = [&](int q0, int q1, ggml_tensor * proj) {
+        ggml_tensor * sum = nullptr;
+        for (int q = q0; q < q1; ++q) {
+            ggml_tensor * e = ggml_get_rows(ctx, d.codebooks_[size_t(q)],
+                                            ggml_view_1d(ctx, ids, T, size_t(q) * T * sizeof(int32_t)));
+            sum = sum ? ggml_add(ctx, sum, e) : e;
+        }
+        return dense(ctx, ggml_reshape_2d(ctx, proj, proj->ne[0], proj->ne[2]), sum);
+    };
+    ggml_tensor * x = ggml_add(ctx, group(0, hp.n_semantic, d.out_proj_first_), group(hp.n_semantic, Q, d.out_proj_rest_));
+    x = run.stage(x, "dec_quantized");
+    x = run.stage(causal(d.pre_conv_, x), "dec_pre_conv");
+
+    // Transformer over the chunk, attending to the cached keys and values of the frames before.
+    const int64_t hd = hp.head_dim;
+    const int64_t n_past = n_cached_;
+    const int64_t n_all = n_past + T;
+    const int64_t n_keep = std::min<int64_t>(hp.sliding_window - 1, n_all);
+    std::vector<int32_t> positions(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+        positions[size_t(t)] = int32_t(frames_ + t);
+    }
+    ggml_tensor *      pos = run.input_i32("positions", positions.data(), { T });
+    std::vector<float> mask(size_t(n_all * T), -std::numeric_limits<float>::infinity());
+    for (int64_t i = 0; i < T; ++i) {
+        for (int64_t j = 0; j < n_all; ++j) {
+            const int64_t behind = (n_past + i) - j;  // how many frames key j lies before query i
+            if (behind >= 0 && behind < hp.sliding_window) {
+                mask[size_t(i * n_all + j)] = 0.0f;
+            }
+        }
+    }
+    ggml_tensor * kq_mask = run.input_f32("kq_mask", mask.data(), { n_all, T });
+    std::vector<ggml_tensor *> k_news(d.layers_.size()), v_news(d.layers_.size());
+
+    ggml_tensor * h = dense(ctx, d.tf_in_w_, x, d.tf_in_b_);
+    for (size_t li = 0; li < d.layers_.size(); ++li) {
+        const codec_decoder::layer & l = d.layers_[li];
+        ggml_tensor * n = ggml_mul(ctx, ggml_rms_norm(ctx, h, hp.norm_eps), l.attn_norm);
+        auto rope = [&](ggml_tensor * t) {
+            return ggml_rope_ext(ctx, t, pos, nullptr, int(hd), GGML_ROPE_TYPE_NEOX, 0, hp.rope_theta, 1.0f, 0.0f,
+                                 1.0f, 0.0f, 0.0f);
+        };
+        ggml_tensor * q = rope(ggml_reshape_3d(ctx, dense(ctx, l.q, n), hd, hp.heads, T));
+        ggml_tensor * k = rope(ggml_reshape_3d(ctx, dense(ctx, l.k, n), hd, hp.kv_heads, T));
+        ggml_tensor * v = ggml_reshape_3d(ctx, dense(ctx, l.v, n), hd, hp.kv_heads, T);
+        if (n_past > 0) {
+            k = ggml_concat(ctx, run.input_f32("k_cache", k_cache_[li].data(), { hd, hp.kv_heads, n_past }), k, 2);
+            v = ggml_concat(ctx, run.input_f32("v_cache", v_cache_[li].data(), { hd, hp.kv_heads, n_past }), v, 2);
+        }
+        const size_t keep_offset = size_t(n_all - n_keep) * k->nb[2];
+        k_news[li] = run.output(ggml_cont(ctx, ggml_view_3d(ctx, k, hd, hp.kv_heads, n_keep, k->nb[1], k->nb[2], keep_offset)));
+        v_news[li] = run.output(ggml_cont(ctx, ggml_view_3d(ctx, v, hd, hp.kv_heads, n_keep, v->nb[1], v->nb[2], keep_offset)));
+
+        ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);                       // (hd, T, heads)
+        ggml_tensor * kp = ggml_permute(ctx, k, 0, 2, 1, 3);                       // (hd, n_all, kv_heads)
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));       // (n_all, hd, kv_heads)
+        ggml_tensor * kq = dense(ctx, kp, qp);                                     // (n_all, T, heads)
+        kq = ggml_soft_max_ext(ctx, kq, kq_mask, 1.0f / std::sqrt(float(hd)), 0.0f);
+        ggml_tensor * a = dense(ctx, vt, kq);                                      // (hd, T, heads)
+        a = ggml_cont(ctx, ggml_permute(ctx, a, 0, 2, 1, 3));
+        a = dense(ctx, l.o, ggml_reshape_2d(ctx, a, hd * hp.heads, T));
+        h = ggml_add(ctx, h, ggml_mul(ctx, a, l.attn_scale));
+
+        n = ggml_mul(ctx, ggml_rms_norm(ctx, h, hp.norm_eps), l.ffn_norm);
+        ggml_tensor * f = ggml_mul(ctx, ggml_silu(ctx, dense(ctx, l.gate, n)), dense(ctx, l.up, n));
+        h = ggml_add(ctx, h, ggml_mul(ctx, dense(ctx, l.down, f), l.ffn_scale));
+    }
+    h = ggml_mul(ctx, ggml_rms_norm(ctx, h, hp.norm_eps), d.tf_norm_);
+    h = run.stage(dense(ctx, d.tf_out_w_, h, d.tf_out_b_), "dec_pre_transformer");
+
+    if (!audio) {
+        // Priming: the convolutions' state depends on their receptive field only.
+        const int64_t n_conv = std::min(T, d.receptive_frames_);
+        h = ggml_view_2d(ctx, h, h->ne[0], n_conv, h->nb[1], size_t(T - n_conv) * h->nb[1]);
+    }
+
+    for (size_t i = 0; i < d.upsample_.size(); ++i) {
+        const codec_decoder::convnext & u = d.upsample_[i];
+        h = transposed(u.up, h);
+        // ConvNeXt: depthwise causal conv as per-tap products, LayerNorm, GELU MLP, gamma, residual
+        ggml_tensor * past = with_history(h, u.dw_slot);
+        const int64_t C = h->ne[0];
+        const int64_t n_t = h->ne[1];
+        ggml_tensor * y = nullptr;
+        for (int k = 0; k < k_dw_kernel; ++k) {
+            ggml_tensor * xk = ggml_view_2d(ctx, past, C, n_t, past->nb[1], size_t(k) * past->nb[1]);
+            ggml_tensor * wk = ggml_view_1d(ctx, u.dw_w, C, size_t(k) * u.dw_w->nb[1]);
+            ggml_tensor * p = ggml_mul(ctx, xk, wk);
+            y = y ? ggml_add(ctx, y, p) : ggml_add(ctx, p, u.dw_b);
+        }
+        y = layer_norm(ctx, y, u.norm_w, u.norm_b, k_convnext_eps);
+        y = dense(ctx, u.pw2_w, ggml_gelu_erf(ctx, dense(ctx, u.pw1_w, y, u.pw1_b)), u.pw2_b);
+        h = ggml_add(ctx, h, ggml_mul(ctx, y, u.gamma));
+        if (i == 0) {
+            h = run.stage(h, "dec_upsample0");
+        }
+    }
+    h = run.stage(h, "dec_upsample");
+    h = run.stage(causal(d.conv_in_, h), "dec_conv_in");
+    for (size_t i = 0; i < d.blocks_.size(); ++i) {
+        const codec_decoder::block & b = d.blocks_[i];
+        h = transposed(b.up, activate(b.act, h));
+        for (const codec_decoder::residual_unit & u : b.res) {
+            ggml_tensor * y = causal(u.conv1, activate(u.act1, h));
+            h = causal(u.conv2, activate(u.act2, y), h);
+        }
+        h = run.stage(h, "dec_block" + std::to_string(i));
+    }
+    h = causal(d.conv_out_, activate(d.act_out_, h));
+    h = run.stage(ggml_clamp(ctx, h, -1.0f, 1.0f), "dec_wav");
+
+    run.compute(h);
+    for (const state_out & s : state_outs) {
+        *s.dst = run.read_f32(s.t);
+    }
+    for (size_t li = 0; li < d.layers_.size(); ++li) {
+        k_cache_[li] = run.read_f32(k_news[li]);
+        v_cache_[li] = run.read_f32(v_news[li]);
+    }
+    n_cached_ = n_keep;
+    frames_ += T;
+    return audio ? run.read_f32(h) : std::vector<float>();
+}
+
+} // namespace qt

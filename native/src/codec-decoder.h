@@ -1,0 +1,182 @@
+// 12 Hz codec decoder: codes -> 24 kHz audio. Split RVQ dequantization, a causal conv, a
+// transformer with a causal sliding window, two 2x upsampling stages (transposed conv +
+// ConvNeXt block), a conv, four SnakeBeta decoder blocks (transposed conv + dilated residual
+// units) and the output conv with a clamp.
+//
+// Every part is causal, so the decoder streams exactly: a codec_stream carries the state that a
+// chunk boundary would otherwise cut (each layer's keys and values over the last window - 1
+// frames, each causal convolution's last inputs), and decoding in chunks of any width gives the
+// audio of one pass over all frames. Recomputing a left context instead (upstream decodes 300
+// frames with 25 of context) costs that context per chunk and still only approximates it.
+#pragma once
+
+#include "graph.h"
+#include "model-loader.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace qt {
+
+struct codec_decoder_hparams {
+    int codebook_size = 0;
+    int codebook_dim = 0;        // RVQ output width (each group's codebooks are half of it)
+    int latent_dim = 0;
+    int decoder_dim = 0;
+    int hidden = 0;              // transformer
+    int ffn = 0;
+    int heads = 0;
+    int kv_heads = 0;
+    int head_dim = 0;
+    int layers = 0;
+    int n_quantizers = 0;
+    int n_semantic = 0;
+    int sliding_window = 0;      // frames attended to, the current one included
+    float rope_theta = 0.0f;
+    float norm_eps = 0.0f;
+    int sample_rate = 0;
+    int frame_samples = 0;
+    std::vector<int32_t> upsampling_ratios;  // before the decoder blocks (2, 2)
+    std::vector<int32_t> upsample_rates;     // decoder blocks (8, 5, 4, 3)
+};
+
+class codec_decoder;
+
+// The decoder's state between chunks of one audio stream.
+class codec_stream {
+public:
+    explicit codec_stream(const codec_decoder & decoder);
+
+    int64_t frames() const { return frames_; }
+
+    // Decodes the next n_frames frames ([n_frames * n_quantizers], frame-major) and returns their
+    // n_frames * frame_samples samples. Dumps the stages of the stream's first chunk.
+    std::vector<float> decode(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
+                              int64_t n_frames);
+
+    // Advances the state over frames whose audio is not wanted (in-context mode's reference):
+    // the transformer sees all of them, the convolutions only the last receptive_frames(),
+    // which is all their state depends on.
+    void prime(const cpu_backend & backend, const int32_t * codes, int64_t n_frames);
+
+private:
+    friend class codec_decoder;
+    std::vector<float> run(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
+                           int64_t n_frames, bool audio);
+
+    const codec_decoder &           dec_;
+    int64_t                         frames_ = 0;
+    int64_t                         n_cached_ = 0;     // frames in each layer's key/value cache
+    std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer: (head_dim * kv_heads, n_cached_)
+    std::vector<std::vector<float>> history_;          // per causal conv: its last inputs (C, P)
+};
+
+class codec_decoder {
+public:
+    void load(model_loader & loader);
+    const codec_decoder_hparams & hparams() const { return hp_; }
+
+    // Frames of the transformer's output that decide the convolutions' state (their receptive
+    // field, rounded up).
+    int64_t receptive_frames() const { return receptive_frames_; }
+
+private:
+    friend class codec_stream;
+
+    // A causal convolution: `history` input frames of the previous chunk come before the chunk.
+    struct conv {
+        ggml_tensor * w = nullptr;  // (C_in, K, C_out)
+        ggml_tensor * b = nullptr;  // (C_out) or null
+        int           dilation = 1;
+        int64_t       c_in = 0;
+        int64_t       history = 0;  // dilation * (K - 1)
+        int           slot = -1;    // index of its history in codec_stream
+    };
+    // A causal transposed convolution (kernel m * stride, the right overhang dropped), run as a
+    // convolution over m frames that yields `stride` output frames per input frame.
+    struct tconv {
+        conv    phases;    // w (C_in, m, stride * C_out), b (stride * C_out)
+        int64_t c_out = 0;
+        int     stride = 0;
+    };
+    struct snake {
+        ggml_tensor * alpha = nullptr;     // exp(alpha)
+        ggml_tensor * inv_beta = nullptr;  // 1 / (exp(beta) + 1e-9)
+    };
+    struct convnext {
+        tconv         up;
+        ggml_tensor * dw_w = nullptr;  // (C, 7): depthwise causal conv taps
+        ggml_tensor * dw_b = nullptr;
+        int           dw_slot = -1;
+        ggml_tensor * norm_w = nullptr;
+        ggml_tensor * norm_b = nullptr;
+        ggml_tensor * pw1_w = nullptr;
+        ggml_tensor * pw1_b = nullptr;
+        ggml_tensor * pw2_w = nullptr;
+        ggml_tensor * pw2_b = nullptr;
+        ggml_tensor * gamma = nullptr;
+    };
+    struct residual_unit {
+        snake act1;
+        conv  conv1;  // k7, dilated
+        snake act2;
+        conv  conv2;  // k1
+    };
+    struct block {
+        snake                      act;
+        tconv                      up;
+        std::vector<residual_unit> res;
+    };
+    struct layer {
+        ggml_tensor * attn_norm = nullptr;
+        ggml_tensor * q = nullptr;
+        ggml_tensor * k = nullptr;
+        ggml_tensor * v = nullptr;
+        ggml_tensor * o = nullptr;
+        ggml_tensor * attn_scale = nullptr;
+        ggml_tensor * ffn_norm = nullptr;
+        ggml_tensor * gate = nullptr;
+        ggml_tensor * up = nullptr;
+        ggml_tensor * down = nullptr;
+        ggml_tensor * ffn_scale = nullptr;
+    };
+
+    conv  load_conv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel,
+                    int dilation, bool bias);
+    tconv load_tconv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride);
+    snake load_snake(model_loader & ml, const std::string & name, int64_t channels);
+    void  derive_weights(model_loader & ml);
+
+    codec_decoder_hparams      hp_;
+    std::vector<ggml_tensor *> codebooks_;   // per quantizer: (codebook_dim / 2, codebook_size)
+    ggml_tensor *              out_proj_first_ = nullptr;  // (codebook_dim / 2, codebook_dim)
+    ggml_tensor *              out_proj_rest_ = nullptr;
+    conv                       pre_conv_;
+    ggml_tensor *              tf_in_w_ = nullptr;
+    ggml_tensor *              tf_in_b_ = nullptr;
+    std::vector<layer>         layers_;
+    ggml_tensor *              tf_norm_ = nullptr;
+    ggml_tensor *              tf_out_w_ = nullptr;
+    ggml_tensor *              tf_out_b_ = nullptr;
+    std::vector<convnext>      upsample_;
+    conv                       conv_in_;
+    std::vector<block>         blocks_;
+    snake                      act_out_;
+    conv                       conv_out_;
+    int                        n_slots_ = 0;
+    std::vector<int64_t>       slot_channels_;
+    std::vector<int64_t>       slot_frames_;
+    int64_t                    receptive_frames_ = 0;
+
+    // Weights derived at load time (SnakeBeta factors, transposed convs as phase convs,
+    // depthwise taps), owned here.
+    struct pending_derived {
+        ggml_tensor *        tensor;
+        std::vector<uint8_t> bytes;
+    };
+    std::vector<pending_derived> pending_;
+    ggml_context_ptr             derived_ctx_;
+    ggml_backend_buffer_ptr      derived_buf_;
+};
+
+} // namespace qt
