@@ -2,6 +2,8 @@
 #include "graph.h"
 #include "log.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -177,6 +179,168 @@ void test_layer_norm(const qt::cpu_backend & backend) {
     expect_close("layer_norm", run.read_f32(y), want, 1e-4f);
 }
 
+// SnakeBeta inputs: x = (C, T) normal * 3 with ~2% of values up to +-1e3, alpha = exp(N(0, 0.5)),
+// inv_beta = 1 / (exp(N(0, 0.5)) + 1e-9), as the codec stores log-scale parameters.
+struct snake_inputs {
+    std::vector<float> x, alpha, inv_beta;
+};
+
+snake_inputs snake_random(int64_t C, int64_t T, std::mt19937 & rng) {
+    snake_inputs in;
+    std::normal_distribution<float>       normal;
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    in.x.resize(size_t(C * T));
+    for (auto & v : in.x) {
+        v = uniform(rng) < 0.02f ? (2.0f * uniform(rng) - 1.0f) * 1e3f : 3.0f * normal(rng);
+    }
+    for (int64_t c = 0; c < C; ++c) {
+        in.alpha.push_back(std::exp(0.5f * normal(rng)));
+        in.inv_beta.push_back(1.0f / (std::exp(0.5f * normal(rng)) + 1e-9f));
+    }
+    return in;
+}
+
+// y = x + inv_beta sin^2(alpha x) in double, the sine of the exact product.
+std::vector<double> snake_reference(const snake_inputs & in, int64_t C) {
+    std::vector<double> y(in.x.size());
+    for (size_t i = 0; i < y.size(); ++i) {
+        const size_t c = i % size_t(C);
+        const double s = std::sin(double(in.x[i]) * double(in.alpha[c]));
+        y[i] = double(in.x[i]) + double(in.inv_beta[c]) * s * s;
+    }
+    return y;
+}
+
+// The output is a float rounding of y, so its error is at most half an ulp of y (2^-24 |y|, up
+// to 3e-5 for |y| ~ 1e3: no absolute bound for all of y can be tighter) plus inv_beta times the
+// error of sin^2, which the kernel keeps within ~1.3e-7 (the 2.5e-7 here leaves room for it).
+// Rows may be strided: with `gap`, x is a view of the first C channels of (C + gap, T).
+void test_snake_beta(const qt::cpu_backend & backend, int64_t C, int64_t T, int64_t gap = 0) {
+    std::mt19937 rng(uint32_t(1000 + C * 31 + T + gap));
+    const snake_inputs in = snake_random(C, T, rng);
+    const std::vector<double> want = snake_reference(in, C);
+    std::vector<float> storage(size_t((C + gap) * T), -7.0f);
+    for (int64_t t = 0; t < T; ++t) {
+        std::copy_n(in.x.begin() + t * C, C, storage.begin() + t * (C + gap));
+    }
+
+    qt::stage_dumper no_dump;
+    qt::graph_run run(backend, no_dump, 64);
+    ggml_tensor * gx = run.input_f32("x", storage.data(), { C + gap, T });
+    if (gap) {
+        gx = ggml_view_2d(run.ctx(), gx, C, T, gx->nb[1], 0);
+    }
+    ggml_tensor * y = qt::snake_beta(run.ctx(), gx, run.input_f32("alpha", in.alpha.data(), { C }),
+                                     run.input_f32("inv_beta", in.inv_beta.data(), { C }));
+    run.compute(y);
+    const std::vector<float> got = run.read_f32(y);
+
+    char name[96];
+    snprintf(name, sizeof(name), "snake_beta C %lld T %lld%s", (long long) C, (long long) T, gap ? " strided" : "");
+    if (y->ne[0] != C || y->ne[1] != T || got.size() != want.size()) {
+        fprintf(stderr, "%s: output %lld x %lld\n", name, (long long) y->ne[0], (long long) y->ne[1]);
+        ++failures;
+        return;
+    }
+    double worst = 0.0, worst_ratio = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double err = std::fabs(double(got[i]) - want[i]);
+        const double tol = std::ldexp(std::fabs(want[i]), -24) + in.inv_beta[i % size_t(C)] * 2.5e-7;
+        worst = std::max(worst, err);
+        worst_ratio = std::max(worst_ratio, err / tol);
+    }
+    if (!(worst_ratio <= 1.0)) {
+        fprintf(stderr, "%s: error %.3g of the tolerance (max abs error %.3g)\n", name, worst_ratio, worst);
+        ++failures;
+    } else {
+        printf("%s: ok (max abs error %.2g, %.2f of the tolerance)\n", name, worst, worst_ratio);
+    }
+}
+
+// The error of sin^2 alone: with inv_beta = 2^16 the output's rounding is 2^-24 sin^2 per
+// inv_beta (<= 6e-8), and x / inv_beta (< 0.02) adds less than 1e-9; |alpha x| up to 1e4.
+void test_snake_beta_sine(const qt::cpu_backend & backend) {
+    const int64_t C = 64, T = 4096;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    snake_inputs in = snake_random(C, T, rng);
+    for (size_t i = 0; i < in.x.size(); ++i) {
+        const float scale = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 100.0f : 1e4f;
+        in.x[i] = uniform(rng) * scale / in.alpha[i % size_t(C)];
+    }
+    std::fill(in.inv_beta.begin(), in.inv_beta.end(), 65536.0f);
+    const std::vector<double> want = snake_reference(in, C);
+    qt::stage_dumper no_dump;
+    qt::graph_run run(backend, no_dump, 64);
+    ggml_tensor * y = qt::snake_beta(run.ctx(), run.input_f32("x", in.x.data(), { C, T }),
+                                     run.input_f32("alpha", in.alpha.data(), { C }),
+                                     run.input_f32("inv_beta", in.inv_beta.data(), { C }));
+    run.compute(y);
+    const std::vector<float> got = run.read_f32(y);
+    double worst = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / 65536.0);
+    }
+    if (!(worst <= 2e-7)) {
+        fprintf(stderr, "snake_beta sin^2 for |alpha x| <= 1e4: max abs error %.3g > 2e-7\n", worst);
+        ++failures;
+    } else {
+        printf("snake_beta sin^2 for |alpha x| <= 1e4: ok (max abs error %.2g)\n", worst);
+    }
+}
+
+// Informational: ns per element of snake_beta on (96, 24000) (one second of codec audio at its
+// widest rate), from the difference of graphs with 1 and 11 chained ops (so that the input
+// upload is not counted), against a scalar sinf loop on one thread.
+void time_snake_beta(int n_threads) {
+    const int64_t C = 96, T = 24000;
+    std::mt19937 rng(11);
+    const snake_inputs in = snake_random(C, T, rng);
+    qt::cpu_backend backend(n_threads);
+    auto run_chain = [&](int n_ops) {
+        double best = 1e30;
+        for (int rep = 0; rep < 5; ++rep) {
+            qt::stage_dumper no_dump;
+            qt::graph_run run(backend, no_dump, 64);
+            ggml_tensor * y = run.input_f32("x", in.x.data(), { C, T });
+            ggml_tensor * a = run.input_f32("alpha", in.alpha.data(), { C });
+            ggml_tensor * b = run.input_f32("inv_beta", in.inv_beta.data(), { C });
+            for (int i = 0; i < n_ops; ++i) {
+                y = qt::snake_beta(run.ctx(), y, a, b);
+            }
+            const auto start = std::chrono::steady_clock::now();
+            run.compute(y);
+            best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        return best;
+    };
+    const double per_op = (run_chain(11) - run_chain(1)) / 10.0;
+    printf("snake_beta (96, 24000), %d thread(s): %.3f ns/element\n", n_threads, per_op * 1e9 / double(C * T));
+}
+
+void time_snake_scalar() {
+    const int64_t C = 96, T = 24000;
+    std::mt19937 rng(11);
+    const snake_inputs in = snake_random(C, T, rng);
+    std::vector<float> y(in.x.size());
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+        const auto start = std::chrono::steady_clock::now();
+        for (int64_t t = 0; t < T; ++t) {
+            for (int64_t c = 0; c < C; ++c) {
+                const float s = std::sin(in.x[size_t(t * C + c)] * in.alpha[size_t(c)]);
+                y[size_t(t * C + c)] = in.x[size_t(t * C + c)] + in.inv_beta[size_t(c)] * s * s;
+            }
+        }
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    float sum = 0.0f;
+    for (float v : y) {
+        sum += v;
+    }
+    printf("scalar sinf loop (96, 24000), 1 thread: %.3f ns/element (checksum %g)\n", best * 1e9 / double(C * T), sum);
+}
+
 } // namespace
 
 int main() {
@@ -196,6 +360,16 @@ int main() {
         test_pad(backend, qt::pad_mode::reflect, "pad reflect");
         test_pad(backend, qt::pad_mode::replicate, "pad replicate");
         test_layer_norm(backend);
+        for (int64_t C : { 1, 7, 8, 33, 96, 1536 }) {
+            for (int64_t T : { 1, 5, 300 }) {
+                test_snake_beta(backend, C, T);
+            }
+        }
+        test_snake_beta(backend, 33, 5, 3);
+        test_snake_beta_sine(backend);
+        time_snake_beta(1);
+        time_snake_beta(2);
+        time_snake_scalar();
     } catch (const std::exception & e) {
         fprintf(stderr, "test-ops: %s\n", e.what());
         return 1;
