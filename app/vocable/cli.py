@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 from pathlib import Path
 
 from .errors import VocableError
@@ -40,6 +41,121 @@ def _cmd_embed(args) -> int:
     return 0
 
 
+def _read_text(args) -> str:
+    if args.text is not None:
+        text = args.text
+    elif args.text_file == "-":
+        text = sys.stdin.read()
+    else:
+        path = Path(args.text_file)
+        if not path.is_file():
+            raise VocableError(f"text file not found: {path}" if not path.exists() else f"{path} is not a file")
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise VocableError(f"{path.name} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+        except OSError as e:
+            raise VocableError(f"cannot read {path}: {e.strerror or e}") from None
+    if not text.strip():
+        raise VocableError("the text is empty: give some words to speak" + (
+            f" ({args.text_file} holds none)" if args.text is None else ""))
+    return text
+
+
+class _ProgressLine:
+    """Shows a synthesis' progress on stderr: one line rewritten in place on a terminal, a plain
+    line every few seconds otherwise (logs, pipes)."""
+
+    def __init__(self, stream, stream_to=sys.stderr):
+        self._stream, self._out = stream, stream_to
+        self._tty = stream_to.isatty()
+        self._stop = threading.Event()
+        self._width = 0
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        if self._tty and self._width:
+            print("\r" + " " * self._width + "\r", end="", file=self._out, flush=True)
+
+    @staticmethod
+    def describe(p) -> str:
+        parts = [f"{p.audio_seconds:5.1f} s of audio"]
+        parts.append("first audio " + (f"{p.time_to_first_audio:.2f} s" if p.time_to_first_audio is not None
+                                       else "..."))
+        if p.real_time_factor is not None:
+            parts.append(f"real-time factor {p.real_time_factor:.2f}")
+        if p.segments > 1:
+            parts.append(f"segment {p.segment + 1}/{p.segments}")
+        return "speaking: " + ", ".join(parts)
+
+    def _loop(self):
+        period = 0.2 if self._tty else 5.0
+        while not self._stop.wait(period):
+            text = self.describe(self._stream.progress)
+            if self._tty:
+                self._width = max(self._width, len(text))
+                print("\r" + text.ljust(self._width), end="", file=self._out, flush=True)
+            else:
+                print(text, file=self._out, flush=True)
+
+
+def _cmd_say(args) -> int:
+    from .audio_io import read_audio
+    from .engine import Engine, _file_format, write_audio
+    from .voice import Voice
+
+    out = Path(args.out)
+    _file_format(out)
+    text = _read_text(args)
+    voice = Voice.load(args.voice) if args.voice else None
+    ref = read_audio(args.ref) if args.ref else None
+    with Engine(args.model, threads=args.threads) as engine:
+        if voice is None:
+            samples, rate = ref
+            voice = engine.embed_voice(samples, rate, ref_text=args.ref_text, name=Path(args.ref).stem)
+            for w in voice.warnings:
+                print(f"warning: {w}", file=sys.stderr)
+        player = None
+        if args.play:
+            from .errors import AudioDeviceError
+            from .playback import StreamPlayer
+            try:
+                device = int(args.device) if args.device and args.device.isdigit() else args.device
+                player = StreamPlayer(engine.sample_rate, device=device)
+            except AudioDeviceError as e:
+                print(f"vocable: {e}; writing {out} only", file=sys.stderr)
+        try:
+            with engine.synthesize(text, voice, args.language, args.ref_text, seed=args.seed, greedy=args.greedy,
+                                   max_frames=args.max_frames) as stream:
+                with _ProgressLine(stream):
+                    for chunk in stream:
+                        if player is not None:
+                            player.write(chunk)
+                    result = stream.result()
+            write_audio(out, result.audio, result.sample_rate)
+            if player is not None:
+                player.finish()
+                player.wait()
+        finally:
+            if player is not None:
+                player.stop()
+    print(f"{out}: {result.seconds:.2f} s of audio at {result.sample_rate} Hz in {result.wall_time:.2f} s "
+          f"(first audio after {result.time_to_first_audio:.2f} s, real-time factor {result.real_time_factor:.2f}); "
+          f"{result.mode} ({result.mode_reason}), seed {result.seed}"
+          + ("" if result.reached_eos else ", stopped at the frame cap")
+          + (f", {len(result.segments)} segments" if len(result.segments) > 1 else ""), file=sys.stderr)
+    if player is not None:
+        print(f"played on '{player.device_name}'" + (f" with {player.underruns} pause(s) waiting for audio"
+                                                      if player.underruns else ""), file=sys.stderr)
+    return 0
+
+
 def _cmd_bench(args) -> int:
     from .bench import run_bench
     return run_bench(args)
@@ -66,6 +182,25 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--threads", type=int)
     e.add_argument("--dump-dir", help="write every engine stage as .npy here")
     e.set_defaults(func=_cmd_embed)
+
+    s = sub.add_parser("say", help="speak a text in a cloned voice into an audio file (and play it as it comes)")
+    s.add_argument("--model", required=True, help="converted .gguf model")
+    v = s.add_mutually_exclusive_group(required=True)
+    v.add_argument("--voice", help="voice file made by `vocable embed`")
+    v.add_argument("--ref", help="reference audio to clone (WAV, FLAC, OGG, MP3)")
+    s.add_argument("--ref-text", help="transcript of the reference (enables in-context cloning)")
+    t = s.add_mutually_exclusive_group(required=True)
+    t.add_argument("--text", help="what to say")
+    t.add_argument("--text-file", help="UTF-8 file with what to say ('-': standard input)")
+    s.add_argument("--out", required=True, help="audio file to write: .wav, .flac or .ogg")
+    s.add_argument("--play", action="store_true", help="play the speech as it is generated")
+    s.add_argument("--device", help="output device for --play (a name or part of one, or an index)")
+    s.add_argument("--language", default="auto", help="auto (default) or a language the model knows: english, ...")
+    s.add_argument("--seed", type=int, help="reproduce a run (the seed is printed at the end)")
+    s.add_argument("--greedy", action="store_true", help="take the most likely codes instead of sampling")
+    s.add_argument("--max-frames", type=int, help="stop after this many frames (80 ms each)")
+    s.add_argument("--threads", type=int)
+    s.set_defaults(func=_cmd_say)
 
     b = sub.add_parser("bench", help="time the engine against the PyTorch reference on random real-size weights")
     b.add_argument("--threads", type=int, default=2)

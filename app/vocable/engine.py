@@ -1,38 +1,335 @@
-"""The engine wrapper: loads a converted model and turns reference audio into voices.
+"""The engine wrapper: loads a converted model, turns reference audio into voices and text into
+speech, streamed.
 
-No Qt here; the GUI drives this from a worker thread. The native calls release the GIL."""
+No Qt here; the GUI drives this from a worker thread. The native calls release the GIL.
+
+    with Engine("model.gguf") as engine:
+        with engine.synthesize("Hello there.", voice, seed=7) as stream:   # returns at once
+            for chunk in stream:            # float32 audio as it is produced (first: one frame)
+                player.write(chunk)
+            result = stream.result()        # SynthesisResult: whole audio, codes, mode, timings
+"""
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import secrets
 import threading
-from dataclasses import dataclass
+import time
+import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from . import _engine
 from .audio_io import prepare_reference
-from .errors import ModelError, SynthesisCancelled, VocableError
+from .errors import AudioError, ModelError, SynthesisCancelled, VocableError
 from .voice import Voice
 
 X_VECTOR = "x-vector"
 IN_CONTEXT = "in-context"
 
+FRAME_RATE = 12.5  # codec frames per second of audio
+# Length of the raised-cosine fade out and in where two text segments of a long text meet: each
+# segment is a fresh request whose decoder starts from its own state, so the waveform would jump
+# there. 5 ms (120 samples at 24 kHz) is far below a syllable, and enough to remove the click.
+SEGMENT_FADE_SEC = 0.005
+# Output files by extension: soundfile format and subtype.
+FILE_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
+
 
 @dataclass
 class SynthesisResult:
-    """The codec codes of a synthesized text (audio decoding comes with the codec decoder)."""
+    """A finished synthesis: the audio, the codec codes it was decoded from, and how it ran.
+
+    Timings are measured in Python from the synthesize() call: time to first audio (the first
+    chunk handed over), wall time (the last), and their real-time factor (wall / audio seconds;
+    below 1 is faster than real time). A long text is spoken as several segments (see
+    text.split_for_synthesis); `codes` are theirs back to back, and `audio` has a short fade where
+    two segments meet, so it is not exactly Engine.decode(codes) then."""
     codes: np.ndarray     # int32 [frames, 16], 12.5 frames per second of audio
     mode: str             # X_VECTOR or IN_CONTEXT
     mode_reason: str      # why that mode ran, in words
-    reached_eos: bool     # False: the frame cap stopped generation
+    reached_eos: bool     # False: the frame cap stopped generation (of some segment)
     seed: int             # the seed used (pass it back to reproduce the run)
+    audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))  # float32 [samples], mono
+    sample_rate: int = 24000
+    segments: tuple[str, ...] = ()      # the texts of the requests, in order
+    time_to_first_audio: float = 0.0    # seconds
+    wall_time: float = 0.0              # seconds
 
     @property
     def seconds(self) -> float:
-        return self.codes.shape[0] / 12.5
+        """Length of the audio (of the codes when there is no audio)."""
+        return self.audio.size / self.sample_rate if self.audio.size else self.codes.shape[0] / FRAME_RATE
+
+    @property
+    def real_time_factor(self) -> float:
+        return self.wall_time / self.seconds if self.seconds else float("inf")
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """A piece of a synthesis stream: its audio and the codes it was decoded from."""
+    audio: np.ndarray   # float32 [n]
+    first_sample: int   # index of audio[0] in the whole stream's audio
+    codes: np.ndarray   # int32 [frames, 16] (none for the faded tail of a segment)
+    first_frame: int    # index of codes[0] in the whole stream's codes
+    segment: int        # index of the text segment it belongs to
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a synthesis stands (Synthesis.progress): for a live display."""
+    frames: int                          # codec frames generated so far
+    audio_seconds: float                 # audio handed over so far
+    elapsed: float                       # seconds since synthesize() was called
+    time_to_first_audio: float | None    # None until the first chunk
+    segment: int                         # index of the segment being spoken
+    segments: int                        # how many segments the text has
+    done: bool
+
+    @property
+    def real_time_factor(self) -> float | None:
+        """Elapsed time per second of audio so far (None before any audio)."""
+        return self.elapsed / self.audio_seconds if self.audio_seconds > 0 else None
+
+
+@dataclass
+class _Segment:
+    text: str
+    ids: np.ndarray      # int32 prompt ids
+    seed: int
+
+
+def _segment_seed(seed: int, index: int) -> int:
+    """The seed of segment `index` of a stream: the stream's own for the first, then a
+    SplitMix64 mix of (seed, index), so every segment samples differently but reproducibly."""
+    if index == 0:
+        return seed
+    z = (seed + index * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def _raised_cosine(n: int) -> np.ndarray:
+    """n gains rising from near 0 to near 1 (half a cosine period, endpoints excluded)."""
+    return (0.5 - 0.5 * np.cos(np.pi * (np.arange(n) + 0.5) / n)).astype(np.float32)
+
+
+_live: "weakref.WeakSet[Synthesis]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_live_syntheses() -> None:
+    """At interpreter exit, cancel streams still running (their threads are daemons) and let them
+    leave the engine before it is torn down."""
+    for s in list(_live):
+        s.close(timeout=5.0)
+
+
+class Synthesis:
+    """A synthesis running on a background thread (Engine.synthesize returns one at once).
+
+    Iterate it for the audio as it is produced (float32 chunks; chunks() gives AudioChunk with
+    codes and positions); result() waits for the end and returns the SynthesisResult. Engine
+    errors are raised in the consumer, from the iteration and from result(); cancel() stops it
+    within a frame (SynthesisCancelled). Use it as a context manager, or call close(): leaving
+    it cancels a synthesis that is still running and waits for its thread. Several consumers may
+    iterate it; each sees every chunk from the start."""
+
+    def __init__(self, engine: "Engine", segments: list[_Segment], voice: Voice, language: str,
+                 ref_codes: np.ndarray | None, ref_ids: np.ndarray | None, mode: str, reason: str, seed: int,
+                 talker: dict, predictor: dict, max_frames: int | None, started: float):
+        self._engine = engine
+        self._segments = segments
+        self._voice = voice
+        self._language = language
+        self._ref_codes, self._ref_ids = ref_codes, ref_ids
+        self.mode, self.mode_reason, self.seed = mode, reason, seed
+        self._sampling = (talker, predictor)
+        self._max_frames = max_frames
+        self._started = started
+        self.sample_rate = engine.sample_rate
+        self._fade = max(1, int(round(SEGMENT_FADE_SEC * self.sample_rate)))
+
+        self._cond = threading.Condition()
+        self._chunks: list[AudioChunk] = []
+        self._samples = 0                     # audio handed over
+        self._frames = 0                      # frames generated (all segments)
+        self._segment = 0
+        self._first_audio: float | None = None
+        self._finished: float | None = None
+        self._error: BaseException | None = None
+        self._result: SynthesisResult | None = None
+        self._cancel_flag = _engine.CancelFlag()
+        self._thread = threading.Thread(target=self._run, name="vocable-synthesis", daemon=True)
+        _live.add(self)
+        self._thread.start()
+
+    # -- the consumer's side --------------------------------------------------------------------
+
+    def chunks(self, timeout: float | None = None) -> Iterator[AudioChunk]:
+        """The stream's chunks from the first, each as soon as it is produced; raises the
+        synthesis' error (SynthesisCancelled, VocableError) after the chunks made before it.
+        `timeout`: longest wait for one chunk (TimeoutError)."""
+        index = 0
+        while True:
+            with self._cond:
+                if not self._cond.wait_for(lambda: index < len(self._chunks) or self._finished is not None,
+                                           timeout):
+                    raise TimeoutError(f"no audio for {timeout} s")
+                if index < len(self._chunks):
+                    chunk = self._chunks[index]
+                elif self._error is not None:
+                    raise self._error
+                else:
+                    return
+            index += 1
+            yield chunk
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for chunk in self.chunks():
+            yield chunk.audio
+
+    def result(self, timeout: float | None = None) -> SynthesisResult:
+        """Waits for the end; the whole result, or the synthesis' error raised here."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._finished is not None, timeout):
+                raise TimeoutError(f"the synthesis did not finish within {timeout} s")
+            if self._error is not None:
+                raise self._error
+            return self._result
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the synthesis has ended (finished, failed or cancelled)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._finished is not None, timeout)
+
+    @property
+    def done(self) -> bool:
+        return self._finished is not None
+
+    @property
+    def progress(self) -> Progress:
+        with self._cond:
+            end = self._finished if self._finished is not None else time.perf_counter()
+            return Progress(self._frames, self._samples / self.sample_rate, end - self._started,
+                            None if self._first_audio is None else self._first_audio - self._started,
+                            self._segment, len(self._segments), self._finished is not None)
+
+    @property
+    def segments(self) -> tuple[str, ...]:
+        return tuple(s.text for s in self._segments)
+
+    def cancel(self) -> None:
+        """Asks the synthesis to stop (it ends within one frame with SynthesisCancelled)."""
+        self._cancel_flag.set()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Cancels the synthesis if it is still running and waits for its thread to end."""
+        if self._finished is None:
+            self.cancel()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def __enter__(self) -> "Synthesis":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the engine thread ----------------------------------------------------------------------
+
+    def _emit(self, audio: np.ndarray, codes: np.ndarray, first_frame: int, segment: int) -> None:
+        if audio.size == 0:
+            return
+        with self._cond:
+            if self._first_audio is None:
+                self._first_audio = time.perf_counter()
+            self._chunks.append(AudioChunk(audio, self._samples, codes, first_frame, segment))
+            self._samples += audio.size
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        engine = self._engine
+        codes_all: list[np.ndarray] = []
+        eos_all = True
+        last = len(self._segments) - 1
+        try:
+            with engine._lock:
+                engine._active = self
+                try:
+                    frames_before = 0
+                    for i, seg in enumerate(self._segments):
+                        if self._cancel_flag.is_set():
+                            raise SynthesisCancelled("synthesis cancelled")
+                        if self._max_frames is not None:
+                            remaining = self._max_frames - frames_before
+                            if remaining <= 0:
+                                eos_all = False
+                                break
+                        with self._cond:
+                            self._segment = i
+                        held = np.zeros(0, dtype=np.float32)  # a segment's tail, kept for its fade-out
+                        first_chunk = True
+
+                        def on_chunk(first_frame: int, codes: np.ndarray, pcm: np.ndarray,
+                                     i=i, frames_before=frames_before) -> bool:
+                            nonlocal held, first_chunk
+                            if i > 0 and first_chunk:  # fade in after the previous segment
+                                n = min(self._fade, pcm.size)
+                                pcm[:n] *= _raised_cosine(n)
+                            first_chunk = False
+                            if i < last:
+                                pcm = np.concatenate([held, pcm])
+                                held, pcm = pcm[-self._fade:].copy(), pcm[:-self._fade]
+                            with self._cond:
+                                self._frames = frames_before + first_frame + codes.shape[0]
+                            self._emit(pcm, codes, frames_before + first_frame, i)
+                            return not self._cancel_flag.is_set()
+
+                        try:
+                            codes, _pcm, eos = engine._ctx.synthesize(
+                                seg.ids, self._voice.speaker_embedding, self._ref_codes, self._ref_ids,
+                                self._language, *self._sampling, seg.seed,
+                                int(remaining) if self._max_frames is not None else 0, on_chunk, self._cancel_flag)
+                        except _engine.EngineError as e:
+                            if e.args[1] == _engine.STATUS_CANCELLED:
+                                raise SynthesisCancelled("synthesis cancelled") from None
+                            raise VocableError(f"cannot synthesize: {e.args[0]}") from None
+                        if held.size:  # fade out before the next segment
+                            held *= _raised_cosine(held.size)[::-1]
+                            self._emit(held, codes[:0], frames_before + codes.shape[0], i)
+                        codes_all.append(codes)
+                        eos_all = eos_all and bool(eos)
+                        frames_before += codes.shape[0]
+                finally:
+                    engine._active = None
+            audio = np.concatenate([c.audio for c in self._chunks]) if self._chunks \
+                else np.zeros(0, dtype=np.float32)
+            codes = np.concatenate(codes_all) if codes_all else np.zeros((0, 16), dtype=np.int32)
+            now = time.perf_counter()
+            result = SynthesisResult(codes, self.mode, self.mode_reason, eos_all, self.seed, audio, self.sample_rate,
+                                     self.segments, (self._first_audio or now) - self._started, now - self._started)
+            log.info("[Perf] synthesis: %.2f s of audio (%d frames, %d segment(s)) in %.2f s, real-time factor %.2f, "
+                     "first audio after %.0f ms", result.seconds, codes.shape[0], len(self._segments),
+                     result.wall_time, result.real_time_factor, 1000 * result.time_to_first_audio)
+            with self._cond:
+                self._result = result
+        except BaseException as e:  # handed to the consumer
+            with self._cond:
+                self._error = e
+        finally:
+            with self._cond:
+                self._finished = time.perf_counter()
+                self._cond.notify_all()
+            _live.discard(self)
+
 
 log = logging.getLogger("vocable.engine")
 
@@ -43,29 +340,67 @@ def _forward_log(level: int, text: str) -> None:
     log.log(_LEVELS.get(level, logging.INFO), "%s", text)
 
 
+def write_audio(path: str | os.PathLike, audio: np.ndarray, sample_rate: int) -> Path:
+    """Writes mono float audio as WAV or FLAC (16 bit) or OGG Vorbis, by the file extension;
+    atomically (a temporary file renamed into place)."""
+    import soundfile as sf
+
+    path = Path(path)
+    fmt = _file_format(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        sf.write(str(tmp), np.asarray(audio, dtype=np.float32), int(sample_rate), format=fmt[0], subtype=fmt[1])
+        os.replace(tmp, path)
+    except (OSError, sf.LibsndfileError, RuntimeError) as e:
+        tmp.unlink(missing_ok=True)
+        raise AudioError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from e
+    return path
+
+
+def _file_format(path: Path) -> tuple[str, str]:
+    fmt = FILE_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise AudioError(f"cannot write {path.name}: unknown audio file type '{path.suffix}' "
+                         f"(use {', '.join(FILE_FORMATS)})")
+    if not path.parent.is_dir():
+        raise AudioError(f"cannot write {path}: the folder {path.parent} does not exist")
+    return fmt
+
+
 class Engine:
     """A loaded model. Calls from several threads are serialised (a context computes one
-    request at a time); use one Engine per thread for parallel work."""
+    request at a time, a synthesis stream holds it until it ends); use one Engine per thread for
+    parallel work."""
 
-    def __init__(self, model_path: str | os.PathLike, threads: int | None = None, dump_dir: str | os.PathLike | None = None):
+    def __init__(self, model_path: str | os.PathLike, threads: int | None = None,
+                 dump_dir: str | os.PathLike | None = None, codec_chunk_sec: float | None = None):
+        """`codec_chunk_sec`: width of the codec decoder's chunks (and the largest streamed
+        chunk), None for the engine's default (_engine.DEFAULT_CODEC_CHUNK_SEC)."""
         path = Path(model_path)
         if not path.is_file():
             raise ModelError(f"model file not found: {path}" + (" (it is a folder: convert it first with "
                                                                 "`vocable convert`)" if path.is_dir() else ""))
         if threads is not None and threads < 1:
             raise ValueError("threads must be at least 1")
+        if codec_chunk_sec is not None and not codec_chunk_sec > 0:
+            raise ValueError("codec_chunk_sec must be positive (None: the default)")
         if dump_dir is not None:
             Path(dump_dir).mkdir(parents=True, exist_ok=True)
         try:
-            self._ctx = _engine.Context(str(path), threads or 0, str(dump_dir) if dump_dir else None, _forward_log)
+            self._ctx = _engine.Context(str(path), threads or 0, str(dump_dir) if dump_dir else None, _forward_log,
+                                        float(codec_chunk_sec or 0.0))
         except _engine.EngineError as e:
             raise ModelError(e.args[0]) from e
         self.model_path = path
         self.info: dict = self._ctx.model_info()
         self._lock = threading.Lock()
+        self._active: Synthesis | None = None
         self._tokenizer = None
+        self._languages: tuple[str, ...] | None = None
 
     def close(self) -> None:
+        """Cancels a running synthesis and frees the model."""
+        self.cancel()
         with self._lock:
             self._ctx.close()
 
@@ -78,6 +413,18 @@ class Engine:
     @property
     def sample_rate(self) -> int:
         return int(self.info["sample_rate"])
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The languages the model knows ("auto" picks by itself), read from the model file."""
+        if self._languages is None:
+            from gguf import GGUFReader
+            try:
+                field = GGUFReader(str(self.model_path)).fields.get("qwen3-tts.talker.language_names")
+                self._languages = tuple(field.contents()) if field is not None else ()
+            except (OSError, ValueError) as e:
+                raise ModelError(f"{self.model_path} is not a readable GGUF model ({e})") from None
+        return self._languages
 
     def embed_voice(self, samples: np.ndarray, sample_rate: int, ref_text: str | None = None, name: str = "") -> Voice:
         """The voice of a reference clip: any sample rate, mono or multichannel (mixed down),
@@ -102,17 +449,42 @@ class Engine:
     def synthesize(self, text: str, voice: Voice, language: str = "auto", ref_text: str | None = None, *,
                    temperature: float = 0.9, top_k: int = 50, top_p: float = 1.0, repetition_penalty: float = 1.05,
                    seed: int | None = None, max_frames: int | None = None, greedy: bool = False,
-                   on_frame=None) -> SynthesisResult:
-        """Generates the codec codes of `text` in `voice`.
+                   max_segment_units: int | None = None) -> Synthesis:
+        """Starts speaking `text` in `voice` and returns the Synthesis stream at once (the work
+        runs on a background thread; iterate it for audio chunks, or call result()). Errors in
+        the arguments (empty text, unknown language, a voice of another model) are raised here.
 
         In-context cloning runs when the voice carries reference codes and a transcript is known
         (`ref_text`, or the one saved with the voice); otherwise the speaker embedding alone is
         used (x-vector). `greedy` (or temperature 0) picks the most likely codes; a seed makes a
-        sampled run reproducible (a random one is drawn and reported when None). The default
-        frame cap is _engine.default_max_frames(number of text tokens). `on_frame(index, codes)`
-        is called from the engine as each frame is generated (codes int32 [1, 16]); returning
-        False stops the synthesis (SynthesisCancelled)."""
-        prompt = self.tokenizer.target_prompt(text)
+        sampled run reproducible (a random one is drawn and reported when None).
+
+        A text longer than `max_segment_units` (text.MAX_SEGMENT_UNITS, about 20 s of speech) is
+        split at sentence boundaries into segments spoken one after the other in the same
+        stream, in the same voice; segment i samples with a seed derived from (seed, i). Each
+        segment's frame cap is _engine.default_max_frames(its text tokens); `max_frames` caps
+        the frames of the whole stream instead."""
+        from .text import MAX_SEGMENT_UNITS, split_for_synthesis
+
+        started = time.perf_counter()
+        language = language.lower()
+        known = self.languages
+        if language != "auto" and known and language not in known:
+            raise VocableError(f"unknown language '{language}'; the model knows: auto, {', '.join(known)}")
+        if voice.speaker_embedding.size != self.info["n_speaker_embd"]:
+            raise VocableError(f"the voice was made with another model size ({voice.model_variant or 'unknown'}: "
+                               f"embedding width {voice.speaker_embedding.size}, this model's is "
+                               f"{self.info['n_speaker_embd']}); make it again with this model")
+        if max_frames is not None and max_frames < 1:
+            raise ValueError("max_frames must be at least 1")
+        texts = split_for_synthesis(text, max_segment_units or MAX_SEGMENT_UNITS)
+        if seed is None:
+            seed = secrets.randbits(63)
+        seed = int(seed)
+        if not 0 <= seed < 2 ** 64:
+            raise ValueError("seed must be in [0, 2**64)")
+        segments = [_Segment(t, np.asarray(self.tokenizer.target_prompt(t).ids, dtype=np.int32), _segment_seed(seed, i))
+                    for i, t in enumerate(texts)]
         transcript = ref_text if ref_text is not None and ref_text.strip() else voice.ref_text
         ref_codes = ref_ids = None
         if voice.codes is not None and transcript:
@@ -123,25 +495,39 @@ class Engine:
             mode, reason = X_VECTOR, "the voice has no reference codes"
         else:
             mode, reason = X_VECTOR, "no transcript of the reference was given"
-        if seed is None:
-            seed = secrets.randbits(63)
         if greedy:
             temperature = 0.0
         talker = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
         predictor = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-        if max_frames is not None and max_frames < 1:
-            raise ValueError("max_frames must be at least 1")
+        self._ctx.model_info()  # raises ValueError("...closed") now rather than in the stream
+        return Synthesis(self, segments, voice, language, ref_codes, ref_ids, mode, reason, seed, talker, predictor,
+                         max_frames, started)
+
+    def synthesize_to_file(self, text: str, voice: Voice, path: str | os.PathLike, language: str = "auto",
+                           ref_text: str | None = None, **kwargs) -> SynthesisResult:
+        """Speaks `text` into an audio file: WAV or FLAC (16 bit) or OGG Vorbis, by its
+        extension. Takes synthesize()'s keyword arguments; returns its SynthesisResult."""
+        _file_format(Path(path))  # before the work: a wrong name fails at once
+        with self.synthesize(text, voice, language, ref_text, **kwargs) as stream:
+            result = stream.result()
+        write_audio(path, result.audio, result.sample_rate)
+        return result
+
+    def decode(self, codes: np.ndarray, chunk_frames: int | None = None) -> np.ndarray:
+        """Audio (float32 [frames * 1920]) of codec codes int32 [frames, 16], decoded in chunks of
+        `chunk_frames` (None: the engine's codec chunk) with the same result for any width."""
+        codes = np.asarray(codes)
+        if codes.ndim != 2 or codes.shape[0] < 1 or codes.shape[1] != self.info["n_codebooks"]:
+            raise ValueError(f"codes must be [frames >= 1, {self.info['n_codebooks']}], got {list(codes.shape)}")
         try:
             with self._lock:
-                codes, eos = self._ctx.synthesize(
-                    np.asarray(prompt.ids, dtype=np.int32), voice.speaker_embedding, ref_codes, ref_ids,
-                    language.lower(), talker, predictor, int(seed), int(max_frames or 0), on_frame)
+                return self._ctx.decode(np.ascontiguousarray(codes, dtype=np.int32), int(chunk_frames or 0))
         except _engine.EngineError as e:
-            if e.args[1] == _engine.STATUS_CANCELLED:
-                raise SynthesisCancelled("synthesis cancelled") from e
-            raise VocableError(f"cannot synthesize: {e.args[0]}") from e
-        return SynthesisResult(codes, mode, reason, bool(eos), int(seed))
+            raise VocableError(f"cannot decode: {e.args[0]}") from e
 
     def cancel(self) -> None:
-        """Stops a synthesize() running on another thread (it raises SynthesisCancelled)."""
+        """Stops the synthesis running on this engine, if any (it raises SynthesisCancelled)."""
+        active = self._active
+        if active is not None:
+            active.cancel()
         self._ctx.cancel()

@@ -41,14 +41,21 @@ void forward_log(qt_log_level level, const char * text, void * user_data) {
     }
 }
 
+// A cancel request for one synthesis, set from any thread; the engine polls it once per frame
+// without the GIL.
+struct cancel_flag {
+    std::atomic<bool> value{ false };
+};
+
 class engine_context {
 public:
     engine_context(const std::string & model_path, int n_threads, const std::optional<std::string> & dump_dir,
-                   std::optional<py::function> log_callback) {
+                   std::optional<py::function> log_callback, float codec_chunk_sec) {
         qt_init_params ip = qt_init_default_params();
         ip.model_path = model_path.c_str();
         ip.n_threads = n_threads;
         ip.dump_dir = dump_dir ? dump_dir->c_str() : nullptr;
+        ip.codec_chunk_sec = codec_chunk_sec;
         if (log_callback) {
             log_ = std::make_unique<log_target>(log_target{ *log_callback });
             ip.log_callback = forward_log;
@@ -86,6 +93,7 @@ public:
         d["predictor_hidden"] = info.predictor_hidden;
         d["predictor_layers"] = info.predictor_layers;
         d["weight_type"] = ggml_type_name(ggml_type(info.weight_type));
+        d["codec_chunk_frames"] = info.codec_chunk_frames;
         d["variant"] = std::string(info.variant);
         return d;
     }
@@ -113,14 +121,16 @@ public:
         return py::make_tuple(embedding, codes);
     }
 
-    // Returns (codes int32 [frames, n_codebooks], reached_eos). Cancellable from another thread
-    // with cancel(); raises EngineError with status STATUS_CANCELLED then.
+    // Returns (codes int32 [frames, n_codebooks], pcm float32 [samples], reached_eos).
+    // Cancellable from another thread with cancel() or through `flag`; raises EngineError with
+    // status STATUS_CANCELLED then.
     py::tuple synthesize(py::array_t<int32_t, py::array::c_style | py::array::forcecast> text_ids,
                          py::array_t<float, py::array::c_style | py::array::forcecast> speaker_embedding,
                          std::optional<py::array_t<int32_t, py::array::c_style | py::array::forcecast>> ref_codes,
                          std::optional<py::array_t<int32_t, py::array::c_style | py::array::forcecast>> ref_text_ids,
                          const std::string & language, py::dict talker_sampling, py::dict predictor_sampling,
-                         uint64_t seed, int32_t max_frames, std::optional<py::function> on_frame) {
+                         uint64_t seed, int32_t max_frames, std::optional<py::function> on_chunk,
+                         std::shared_ptr<cancel_flag> flag) {
         qt_context * ctx = checked();
         if (text_ids.ndim() != 1 || speaker_embedding.ndim() != 1) {
             throw py::value_error("text_ids and speaker_embedding must be 1-D");
@@ -148,26 +158,39 @@ public:
         read_sampling(predictor_sampling, p.predictor_sampling);
         p.seed = seed;
         p.max_frames = max_frames;
+        // Polled once per frame, without the GIL: the context's cancel() and the request's flag.
+        struct cancel_sources {
+            std::atomic<bool> * context;
+            cancel_flag *       request;
+        } cancel{ &cancel_requested_, flag.get() };
         cancel_requested_ = false;
-        p.cancel_callback = [](void * flag) { return static_cast<std::atomic<bool> *>(flag)->load(); };
-        p.cancel_callback_user_data = &cancel_requested_;
-        // on_frame(frame_index, codes) runs with the GIL taken for the call; returning False
-        // cancels. An exception in it cancels too and is raised afterwards.
-        struct frame_target {
-            py::function           fn;
+        p.cancel_callback = [](void * user) {
+            const auto * c = static_cast<cancel_sources *>(user);
+            return c->context->load() || (c->request && c->request->value.load());
+        };
+        p.cancel_callback_user_data = &cancel;
+        // on_chunk(first_frame, codes, pcm) runs with the GIL taken for the call; returning
+        // False cancels. An exception in it cancels too and is raised afterwards.
+        struct chunk_target {
+            py::function                         fn;
             std::optional<py::error_already_set> error;
         } target;
-        if (on_frame) {
-            target.fn = *on_frame;
+        if (on_chunk) {
+            target.fn = *on_chunk;
             p.chunk_callback = [](const qt_chunk * chunk, void * user) {
-                auto * t = static_cast<frame_target *>(user);
+                auto * t = static_cast<chunk_target *>(user);
                 py::gil_scoped_acquire gil;
                 try {
                     py::array_t<int32_t> codes({ chunk->n_frames, chunk->n_codebooks }, chunk->codes);
-                    py::object keep = t->fn(chunk->first_frame, codes);
+                    py::array_t<float> pcm(chunk->n_samples, chunk->pcm);
+                    py::object keep = t->fn(chunk->first_frame, codes, pcm);
                     return keep.is_none() || keep.cast<bool>();
                 } catch (py::error_already_set & e) {
                     t->error = std::move(e);
+                    return false;
+                } catch (const std::exception & e) {  // e.g. a return value that is not a bool
+                    PyErr_SetString(PyExc_TypeError, e.what());
+                    t->error = py::error_already_set();
                     return false;
                 }
             };
@@ -180,6 +203,9 @@ public:
             status = qt_synthesize(ctx, &p, &res);
         }
         if (target.error) {
+            if (status == QT_STATUS_OK) {
+                qt_tts_result_free(&res);
+            }
             target.error->restore();
             throw py::error_already_set();
         }
@@ -188,9 +214,36 @@ public:
         }
         py::array_t<int32_t> codes({ res.n_frames, res.n_codebooks });
         std::memcpy(codes.mutable_data(), res.codes, sizeof(int32_t) * size_t(res.n_frames) * size_t(res.n_codebooks));
+        py::array_t<float> pcm(py::ssize_t(res.n_samples));
+        if (res.n_samples > 0) {
+            std::memcpy(pcm.mutable_data(), res.pcm, sizeof(float) * size_t(res.n_samples));
+        }
         const bool eos = res.reached_eos;
         qt_tts_result_free(&res);
-        return py::make_tuple(codes, eos);
+        return py::make_tuple(codes, pcm, eos);
+    }
+
+    // Audio of codec codes int32 [frames, n_codebooks] (float32 [frames * samples_per_frame]).
+    py::array_t<float> decode(py::array_t<int32_t, py::array::c_style | py::array::forcecast> codes,
+                              int32_t chunk_frames) {
+        qt_context * ctx = checked();
+        if (codes.ndim() != 2) {
+            throw py::value_error("codes must be a 2-D array [frames, codebooks]");
+        }
+        qt_audio audio;
+        int status;
+        {
+            py::gil_scoped_release release;
+            status = qt_decode(ctx, codes.data(), int32_t(codes.shape(0)), int32_t(codes.shape(1)), chunk_frames,
+                               &audio);
+        }
+        if (status != QT_STATUS_OK) {
+            raise_status(status, qt_last_error());
+        }
+        py::array_t<float> pcm(py::ssize_t(audio.n_samples));
+        std::memcpy(pcm.mutable_data(), audio.pcm, sizeof(float) * size_t(audio.n_samples));
+        qt_audio_free(&audio);
+        return pcm;
     }
 
     void cancel() { cancel_requested_ = true; }
@@ -272,6 +325,7 @@ PYBIND11_MODULE(_engine, m) {
     m.attr("STATUS_FAILED") = int(QT_STATUS_FAILED);
     m.attr("STATUS_OUT_OF_MEMORY") = int(QT_STATUS_OUT_OF_MEMORY);
     m.attr("STATUS_CANCELLED") = int(QT_STATUS_CANCELLED);
+    m.attr("DEFAULT_CODEC_CHUNK_SEC") = QT_DEFAULT_CODEC_CHUNK_SEC;
 
     m.def("version", &qt_version, "The engine's version (qt_version()).");
     m.def("abi_version", &qt_abi_version);
@@ -281,17 +335,25 @@ PYBIND11_MODULE(_engine, m) {
     m.def("voice_ref_max_samples", &qt_voice_ref_max_samples);
     m.def("quantize", &quantize, py::arg("data"), py::arg("type"));
 
+    py::class_<cancel_flag, std::shared_ptr<cancel_flag>>(m, "CancelFlag",
+                                                          "A cancel request for one synthesize() call.")
+        .def(py::init<>())
+        .def("set", [](cancel_flag & f) { f.value = true; })
+        .def("is_set", [](const cancel_flag & f) { return f.value.load(); });
+
     py::class_<engine_context>(m, "Context")
-        .def(py::init<const std::string &, int, const std::optional<std::string> &, std::optional<py::function>>(),
+        .def(py::init<const std::string &, int, const std::optional<std::string> &, std::optional<py::function>,
+                      float>(),
              py::arg("model_path"), py::arg("n_threads") = 0, py::arg("dump_dir") = py::none(),
-             py::arg("log_callback") = py::none())
+             py::arg("log_callback") = py::none(), py::arg("codec_chunk_sec") = 0.0f)
         .def("close", &engine_context::close)
         .def("model_info", &engine_context::model_info)
         .def("extract_voice_ref", &engine_context::extract_voice_ref, py::arg("pcm"))
         .def("synthesize", &engine_context::synthesize, py::arg("text_ids"), py::arg("speaker_embedding"),
              py::arg("ref_codes") = py::none(), py::arg("ref_text_ids") = py::none(), py::arg("language") = "auto",
              py::arg("talker_sampling") = py::dict(), py::arg("predictor_sampling") = py::dict(), py::arg("seed") = 0,
-             py::arg("max_frames") = 0, py::arg("on_frame") = py::none())
+             py::arg("max_frames") = 0, py::arg("on_chunk") = py::none(), py::arg("cancel_flag") = py::none())
+        .def("decode", &engine_context::decode, py::arg("codes"), py::arg("chunk_frames") = 0)
         .def("cancel", &engine_context::cancel, "Asks a running synthesize() on another thread to stop.");
     m.def("default_max_frames", &qt_default_max_frames, py::arg("n_text_ids"));
 }
