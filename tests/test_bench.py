@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -128,8 +129,39 @@ def test_chunks_do_not_change_values(monkeypatch):
 
 # ---- run_bench --------------------------------------------------------------------------------
 
+def audio_of(codes):
+    """The fakes' "decoder": a waveform that depends on the codes (both fakes use it)."""
+    rate = 1 + int(np.asarray(codes).sum()) % 7
+    return (0.5 * np.sin(np.arange(len(codes) * 1920) * rate * 1e-3)).astype(np.float32)
+
+
+AUDIO_OF = textwrap.dedent('''
+    def audio_of(codes):
+        rate = 1 + int(np.asarray(codes).sum()) % 7
+        return (0.5 * np.sin(np.arange(len(codes) * 1920) * rate * 1e-3)).astype(np.float32)
+''')
+
+
+class FakeStream:
+    """Stands in for the engine's synthesis stream: float32 chunks, then the whole result."""
+    def __init__(self, result, n_chunks):
+        self._result, self._n = result, n_chunks
+
+    def __iter__(self):
+        yield from np.array_split(self._result.audio, self._n)
+
+    def result(self):
+        return self._result
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
 class FakeEngine:
-    """Stands in for vocable.Engine: logs the engine's [Perf] line, returns fixed outputs."""
+    """Stands in for vocable.Engine: logs the engine's [Perf] lines, returns fixed outputs."""
     embedding = np.linspace(-1, 1, 16, dtype=np.float32)
     codes = (np.arange(4 * 16, dtype=np.int32).reshape(4, 16) * 7) % 2048
 
@@ -157,42 +189,64 @@ class FakeEngine:
             10.0 * self.calls, 20.0 * self.calls)
         return Voice(self.embedding, self.codes)
 
-    # per weight type (from the file name): talker, code predictor ms/frame of the first call
-    PERF = {"f32": (40.0, 80.0), "q8_0": (10.0, 20.0)}
+    # per weight type (from the file name): talker, code predictor ms/frame of the first call;
+    # codec decode ms per s of audio, time to first audio ms (+ call number), real-time factor
+    PERF = {"f32": (40.0, 80.0), "q8_0": (10.0, 20.0), "q4_k": (5.0, 10.0)}
+    AUDIO_PERF = {"f32": (600.0, 400.0, 1.8), "q8_0": (200.0, 150.0, 0.6), "q4_k": (150.0, 100.0, 1.2)}
+    CHUNKS = 3
 
     def synthesize(self, text, voice, language="auto", ref_text=None, *, greedy=False, max_frames=None, **kw):
         import logging
-        from vocable.engine import X_VECTOR, SynthesisResult
+        from vocable.engine import X_VECTOR
         assert greedy and voice.ref_text is None and language == "English" and max_frames
         self.calls += 1
-        wt = "q8_0" if "q8_0" in str(self.path) else "f32"
+        wt = next((t for t in ("q8_0", "q4_k") if t in str(self.path)), "f32")
         talker, predictor = self.PERF[wt]
         log = logging.getLogger("vocable.engine")
         log.info("[Perf] prompt build: 0.1 ms (12 positions), prefill: %.1f ms, time to first frame: %.1f ms",
                  5.0, 7.0 + self.calls)
         log.info("[Perf] %d frames (frame cap): talker %.1f ms/frame, code predictor %.1f ms/frame, total %.1f ms",
                  max_frames, talker + self.calls, predictor, 100.0)
+        decode, first, rtf = self.AUDIO_PERF[wt]
+        seconds = max_frames * 0.08
+        log.info("[Perf] codec decode: %.1f ms per second of audio (%d frames in %d chunks)", decode, max_frames,
+                 self.CHUNKS)
+        log.info("[Perf] time to first audio: %.1f ms", first + self.calls)
+        log.info("[Perf] synthesis: %.2f s of audio in %.2f s, real-time factor %.3f", seconds, seconds * rtf, rtf)
         codes = (np.arange(max_frames * 16, dtype=np.int32).reshape(max_frames, 16) * 5) % 2048
-        if wt == "q8_0":
-            codes[-1] += 1
-        return SynthesisResult(codes, X_VECTOR, "no transcript", False, 0)
+        if wt != "f32":
+            codes[-1] += 1 if wt == "q8_0" else 2
+        result = SimpleNamespace(codes=codes, audio=audio_of(codes), mode=X_VECTOR, mode_reason="no transcript",
+                                 reached_eos=False, seed=0)
+        return FakeStream(result, self.CHUNKS)
 
 
-FAKE_GENERATION_REFERENCE = textwrap.dedent("""
-    import argparse, json, numpy as np
+FAKE_SYNTHESIS_REFERENCE = "import argparse, json, pathlib, numpy as np\n" + AUDIO_OF + textwrap.dedent("""
     ap = argparse.ArgumentParser()
     for a in ("--model-dir", "--clip", "--outputs", "--threads", "--repeats", "--frames", "--text", "--language",
-              "--speaker-embedding"):
+              "--speaker-embedding", "--decode-codes"):
         ap.add_argument(a)
     a = ap.parse_args()
+    with open(pathlib.Path(__file__).with_suffix(".calls"), "a") as f:
+        f.write("call\\n")
     n, r = int(a.frames), int(a.repeats)
     codes = (np.arange(n * 16, dtype=np.int32).reshape(n, 16) * 5) % 2048
     codes[2, 3] += 1
-    np.savez(a.outputs, codes=codes, speaker_embedding=np.load(a.speaker_embedding))
+    out = dict(codes=codes, audio=audio_of(codes), speaker_embedding=np.load(a.speaker_embedding))
+    with np.load(a.decode_codes) as given:
+        for name in given.files:
+            wav = audio_of(given[name])
+            if name == "q8_0":   # another decoder: a small difference
+                wav = wav + 0.01 * np.cos(np.arange(len(wav)) * 0.02).astype(np.float32)
+            out["decoded_" + name] = wav
+    np.savez(a.outputs, **out)
     print(json.dumps({"package": "fake-qwen-tts", "load_s": 0.2, "frames": n, "frames_requested": n,
                       "reached_eos": False, "prefill_tokens": 12, "codec_eos_row_zero": True, "language": a.language,
+                      "audio_s": n * 0.08, "decoded": {k: {} for k in out if k.startswith("decoded_")},
                       "runs_ms": {"talker_ms_per_frame": [90.0] * r, "code_predictor_ms_per_frame": [240.0] * r,
-                                  "prefill_ms": [50.0] * r, "prompt_build_ms": [1.0] * r},
+                                  "prefill_ms": [50.0] * r, "prompt_build_ms": [1.0] * r,
+                                  "decode_ms_per_audio_s": [490.0] * r, "first_audio_ms": [20000.0] * r,
+                                  "synthesis_ms_per_audio_s": [4700.0] * r},
                       "versions": {"torch": "0"}}))
 """)
 
@@ -220,11 +274,12 @@ def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypat
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "reference_voice_timing.py").write_text(FAKE_REFERENCE)
-    (tools / "reference_generation_timing.py").write_text(FAKE_GENERATION_REFERENCE)
+    (tools / "reference_synthesis_timing.py").write_text(FAKE_SYNTHESIS_REFERENCE)
     monkeypatch.setattr(bench, "TOOLS_DIR", tools)
     monkeypatch.setattr(bench, "find_reference_python", lambda: (sys.executable, ""))  # no torch needed
     monkeypatch.setattr("vocable.engine.Engine", FakeEngine)
-    rc = bench.run_bench(bench_args(tmp_path, no_reference=False, model=str(model.hf_dir), repeats=3))
+    rc = bench.run_bench(bench_args(tmp_path, no_reference=False, model=str(model.hf_dir), repeats=3,
+                                    types="f32,q8_0,q4_k"))
     out = capsys.readouterr().out
     assert rc == 0, out
     rep = last_json(out)
@@ -260,7 +315,91 @@ def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypat
     assert ag["f32"]["first_different_frame"] == 2 and ag["q8_0"]["frames_identical"] == pytest.approx(4 / 6, abs=1e-4)
     assert "< 90 ms: yes, >= 4x: yes" in out and ">= 4x: NO" in out and "reached EOS: none" in out
     assert "f32 99.0% identical" in out
+
+    # synthesis: the same engine calls (no more of them: see the talker runs above), the same reference run
+    assert (tools / "reference_synthesis_timing.calls").read_text() == "call\n"
+    assert list(rep["reference"]["load_s"]) == ["voice", "generation"]
+    assert stages["f32:decode"]["vocable_runs_ms"] == [600.0] * 3 and stages["f32:decode"]["reference_ms"] == 490.0
+    assert stages["f32:decode"]["speedup"] == pytest.approx(490 / 600, abs=1e-3)
+    assert stages["f32:decode"]["targets"] == [{"what": "speedup_at_least", "value": 1.0, "met": False}]
+    assert stages["q8_0:decode"]["targets"] == [{"what": "speedup_at_least", "value": 1.0, "met": True}]
+    assert stages["f32:first_audio"]["vocable_runs_ms"] == [407.0, 408.0, 409.0]   # calls 7..9, as the talker's
+    assert stages["q8_0:first_audio"]["vocable_ms"] == 153.0 and stages["q8_0:first_audio"]["reference_ms"] == 20000.0
+    assert stages["q8_0:first_audio"]["targets"] == [{"what": "ms_below", "value": 300.0, "met": True}]
+    assert stages["f32:first_audio"]["targets"] == [{"what": "ms_below", "value": 300.0, "met": False}]
+    assert stages["q4_k:synthesis"]["vocable_ms"] == 1200.0 and stages["q4_k:synthesis"]["vocable_rtf"] == 1.2
+    assert stages["q4_k:synthesis"]["reference_rtf"] == 4.7
+    assert stages["q4_k:synthesis"]["targets"] == [{"what": "rtf_below", "value": 1.0, "met": False}]
+    assert stages["q8_0:synthesis"]["targets"] == [] and stages["q8_0:synthesis"]["vocable_rtf"] == 0.6
+    syn = rep["vocable_extra"]["synthesis"]
+    assert syn["f32"]["stream_chunks"] == 3 and syn["f32"]["engine_chunks"] == 3 and syn["f32"]["frames"] == 6
+    assert syn["q4_k"]["samples"] == syn["q4_k"]["samples_expected"] == 6 * 1920
+    assert syn["q4_k"]["first_chunk_wall_ms"] is not None and syn["q4_k"]["real_time_factor"] == 1.2
+    ag = rep["agreement"]["synthesis"]
+    assert ag["f32"]["cosine"] == 1.0 and ag["f32"]["residual_db"] is None and ag["f32"]["samples"] == [11520, 11520]
+    assert 0.99 < ag["q8_0"]["cosine"] < 1.0 and -40 < ag["q8_0"]["residual_db"] < -20
+    assert "synthesis q4_k (6 frames = 0.48 s of audio, x-vector, greedy, streamed):" in out
+    assert "RTF < 1: NO" in out and "< 300 ms: NO" in out and ">= 1x: NO" in out
+    assert "f32 waveform cosine 1.000000 (exact" in out
+    missed = rep["missed_targets"]
+    assert "synthesis q4_k, whole synthesis ms per s of audio (RTF x 1000): real-time factor 1.200, target < 1: 20 % over" in missed
+    assert "synthesis f32, time to first audio ms: 408.0 ms, target < 300 ms: 108.0 ms (36 %) over" in missed
+    assert "synthesis f32, codec decode ms per s of audio: 0.82x the reference, target >= 1x" in missed
+    assert "generation f32, talker + code predictor ms/frame: 2.58x the reference, target >= 4x" in missed
+    assert len(missed) == 4 and "MISSED TARGETS (4):" in out
     assert not list((tmp_path / "cache" / "work").glob("speaker-*.npy"))
+    assert not list((tmp_path / "cache" / "work").glob("codes-*.npz"))
+
+
+class CodesOnlyEngine(FakeEngine):
+    """An engine from before the codec decoder: codes, no audio, no audio [Perf] lines."""
+    def synthesize(self, *a, **kw):
+        import logging
+        result = super().synthesize(*a, **kw).result()
+        logging.getLogger("vocable.engine").info("(no audio)")
+        return SimpleNamespace(**{k: v for k, v in vars(result).items() if k != "audio"})
+
+
+def test_run_bench_engine_without_audio(small_model, tmp_path, monkeypatch, capsys):
+    """The synthesis rows fail with the reason; the generation rows still come out."""
+    spec, cache, model = small_model
+    monkeypatch.setattr("vocable.engine.Engine", CodesOnlyEngine)
+    rc = bench.run_bench(bench_args(tmp_path, model=str(model.hf_dir), repeats=1, types="f32"))
+    out = capsys.readouterr().out
+    rep = last_json(out)
+    assert rc == 1
+    stages = {s["key"]: s for s in rep["stages"]}
+    assert stages["f32:total"]["vocable_ms"] is not None and stages["f32:total"]["error"] is None
+    assert "no audio" in stages["f32:decode"]["error"] and stages["f32:decode"]["vocable_ms"] is None
+    assert stages["f32:first_audio"]["targets"] == [{"what": "ms_below", "value": 300.0, "met": None}]
+    assert out.count("vocable failed") == 1
+    assert "synthesis f32 (6 frames = 0.48 s of audio, x-vector, greedy, streamed): vocable failed: the engine " \
+           "returned no audio" in out
+    assert rep["missed_targets"] == [] and "MISSED" not in out
+
+
+def test_synthesis_perf_lines():
+    """The engine's audio [Perf] lines, as its C format strings print them."""
+    g = bench.SynthesisStages
+    lines = ["[Perf] codec decode: %.1f ms per second of audio (%d frames in %d chunks)" % (1234.56, 50, 6),
+             "[Perf] time to first audio: %.1f ms" % 187.25,
+             "[Perf] synthesis: %.2f s of audio in %.2f s, real-time factor %.3f" % (4.0, 3.456, 0.864)]
+    assert bench._perf_value(lines, g._DECODE) == (1234.6, 50.0, 6.0)
+    assert bench._perf_value(lines, g._FIRST_AUDIO) == (187.2,)
+    assert bench._perf_value(lines, g._SYNTHESIS) == (4.0, 3.46, 0.864)
+
+
+def test_targets_and_missed_targets():
+    row = {"group": "synthesis", "weight_type": "q4_k", "label": "x", "vocable_ms": 950.0, "speedup": 5.0}
+    assert bench.SynthesisStages.targets("q4_k", "synthesis", row) == [{"what": "rtf_below", "value": 1.0, "met": True}]
+    assert bench.SynthesisStages.targets("q8_0", "synthesis", row) == []
+    row["targets"] = [{"what": "rtf_below", "value": 1.0, "met": False}, {"what": "ms_below", "value": 300.0, "met": None}]
+    row["vocable_ms"] = 1500.0
+    assert bench.missed_targets([row]) == ["synthesis q4_k, x: real-time factor 1.500, target < 1: 50 % over"]
+    assert bench._targets(row["targets"]) == "RTF < 1: NO, < 300 ms: ?"
+    ours = np.sin(np.arange(1000) * 0.01)
+    ag = bench.waveform_agreement(ours, np.concatenate([ours * 1.001, np.zeros(5)]))
+    assert ag["samples"] == [1000, 1005] and ag["cosine"] == 1.0 and ag["residual_db"] == pytest.approx(-60, abs=0.1)
 
 
 def test_run_bench_reference_unavailable(small_model, tmp_path, monkeypatch, capsys):
@@ -276,18 +415,23 @@ def test_run_bench_reference_unavailable(small_model, tmp_path, monkeypatch, cap
 
 
 def test_run_bench_real_engine_on_a_small_model(small_model, tmp_path, capsys):
-    """The engine itself, end to end (voice stages, generation), on the small random model's .gguf."""
+    """The engine itself, end to end (voice stages, generation, synthesis), on the small random model's .gguf."""
     spec, cache, model = small_model
     rc = bench.run_bench(bench_args(tmp_path, model=str(model.gguf), repeats=1))
     out = capsys.readouterr().out
     rep = last_json(out)
     assert rc == 0, out
     stages = {s["key"]: s for s in rep["stages"]}
-    for key in ("speaker_embedding", "reference_codes", "voice_total", "as converted:prefill", "as converted:first_frame"):
+    for key in ("speaker_embedding", "reference_codes", "voice_total", "as converted:prefill", "as converted:first_frame",
+                "as converted:decode", "as converted:first_audio", "as converted:synthesis"):
         assert stages[key]["vocable_ms"] > 0, key
     assert stages["as converted:total"]["vocable_ms"] is not None
     gen = rep["vocable_extra"]["generation"]["as converted"]
     assert gen["frames"] == 6 and gen["reached_eos"] is False   # the EOS row of codec_head is zero
+    syn = rep["vocable_extra"]["synthesis"]["as converted"]
+    assert syn["frames"] == 6 and syn["samples"] == syn["samples_expected"] == 6 * 1920
+    assert syn["stream_chunks"] >= 1 and syn["first_chunk_wall_ms"] > 0
+    assert stages["as converted:first_audio"]["vocable_ms"] <= syn["synthesize_wall_ms"]
     assert rep["reference"]["status"] == "skipped"
 
 
@@ -303,8 +447,12 @@ def test_run_bench_real_engine_weight_types(small_model, tmp_path, capsys):
     assert all(gen[t]["frames"] == 4 and not gen[t]["reached_eos"] for t in gen)
     assert gen["q4_k"]["convert_s"] is not None and gen["f32"].get("load_s") is None   # f32: the main engine
     assert [s["key"] for s in rep["stages"] if s.get("weight_type") == "q4_k"] == \
-        ["q4_k:talker", "q4_k:code_predictor", "q4_k:total", "q4_k:prefill", "q4_k:first_frame"]
+        ["q4_k:talker", "q4_k:code_predictor", "q4_k:total", "q4_k:prefill", "q4_k:first_frame",
+         "q4_k:decode", "q4_k:first_audio", "q4_k:synthesis"]
     assert "generation q4_k (4 frames, x-vector, greedy):" in out and "< 60 ms: yes, >= 4x: ?" in out
+    assert "synthesis q4_k (4 frames = 0.32 s of audio, x-vector, greedy, streamed):" in out
+    syn = rep["vocable_extra"]["synthesis"]
+    assert all(syn[t]["samples"] == 4 * 1920 for t in ("f32", "q4_k"))
 
 
 def test_parse_types():
@@ -334,9 +482,10 @@ def test_reference_script_on_a_small_model(small_model, tmp_path):
 
 
 @pytest.mark.reference
-def test_reference_generation_script_on_a_small_model(small_model, tmp_path):
-    """tools/bench/reference_generation_timing.py against the real qwen-tts package: the full frame
-    count (EOS row zeroed), the speaker embedding it was given, and codes close to the engine's."""
+def test_reference_synthesis_script_on_a_small_model(small_model, tmp_path):
+    """tools/bench/reference_synthesis_timing.py against the real qwen-tts package: the full frame
+    count (EOS row zeroed), the speaker embedding it was given, codes close to the engine's, its
+    decode timed, and its decoder on the engine's codes agreeing with the engine's audio."""
     python, why = bench.find_reference_python()
     if python is None:
         pytest.skip(why)
@@ -346,20 +495,29 @@ def test_reference_generation_script_on_a_small_model(small_model, tmp_path):
     np.save(tmp_path / "clip.npy", clip)
     inp = bench.BenchInput(clip, tmp_path / "clip.npy", tmp_path, threads=1, repeats=1, frames=8,
                            models={"f32": model}, main_type="f32")
-    group = bench.GenerationStages()
+    group, audio = bench.GenerationStages(), bench.SynthesisStages()
     with Engine(model.gguf, threads=1) as engine:
         ours = group.run_vocable(engine, inp)
+        ours_audio = audio.run_vocable(engine, inp)
     assert ours.error is None, ours.error
+    assert ours_audio.error is None, ours_audio.error
     res = bench.run_reference(group, python, model.hf_dir, inp)
     assert res.error is None, res.error
-    assert {"talker_ms_per_frame", "code_predictor_ms_per_frame", "prefill_ms"} <= set(res.runs_ms)
+    assert bench.run_reference(audio, python, model.hf_dir, inp) is res   # one process for both groups
+    assert {"talker_ms_per_frame", "code_predictor_ms_per_frame", "prefill_ms", "decode_ms_per_audio_s",
+            "first_audio_ms", "synthesis_ms_per_audio_s"} <= set(res.runs_ms)
     assert res.extra["frames"] == 8 and res.extra["reached_eos"] is False and res.extra["codec_eos_row_zero"]
-    assert res.extra["talker_steps"] == 8 and res.extra["code_predictor_calls"] == 8
+    assert res.extra["talker_steps"] == 8 and res.extra["code_predictor_calls"] == 8 and res.extra["decode_calls"] == 1
     assert res.extra["prefill_tokens"] == ours.extra["f32"]["prompt_positions"]
-    assert res.outputs["codes"].shape == (8, 16)
+    assert res.extra["samples"] == 8 * 1920 and res.extra["audio_s"] == pytest.approx(0.64)
+    assert res.outputs["codes"].shape == (8, 16) and res.outputs["audio"].shape == (8 * 1920,)
+    assert res.outputs["decoded_f32"].shape == (8 * 1920,) and res.extra["decoded"]["f32"]["frames"] == 8
     ag = group.agreement(ours.outputs, res.outputs)
     assert ag["same_speaker_embedding"]
     print(group.describe_agreement(ag))   # reported, not asserted: near-ties may flip
+    wav = audio.agreement(ours_audio.outputs, res.outputs)
+    print(audio.describe_agreement(wav))
+    assert wav["f32"]["samples"] == [8 * 1920, 8 * 1920] and wav["f32"]["cosine"] >= 0.999
 
 
 def test_reference_clip():

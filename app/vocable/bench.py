@@ -13,11 +13,11 @@ outputs of the two sides are compared too (a cheap end-to-end check on real shap
 
 Stage groups (`STAGE_GROUPS`) each own a reference script and an agreement check:
   - voice: speaker embedding and reference codes of the clip (`Engine.embed_voice`);
-  - generation: `Engine.synthesize` of a fixed text for a fixed number of frames (default 50,
-    4 s of audio), x-vector mode with the clip's voice, greedy, for each weight type (f32, f16,
-    q8_0, q4_k: the random model converted once per type and cached); talker and code predictor
-    ms/frame, prefill and time to first frame from the engine's `[Perf]` lines, next to the
-    reference's fp32 talker and code predictor ms/frame (tools/bench/reference_generation_timing.py,
+  - generation: `Engine.synthesize` of a fixed text for a fixed number of frames (--frames,
+    default 50, 4 s of audio), x-vector mode with the clip's voice, greedy, for each weight type
+    (f32, f16, q8_0, q4_k: the random model converted once per type and cached); talker and code
+    predictor ms/frame, prefill and time to first frame from the engine's `[Perf]` lines, next to
+    the reference's fp32 talker and code predictor ms/frame (tools/bench/reference_synthesis_timing.py,
     same speaker embedding, `max_new_tokens` = frames + 1). The issue's targets are shown with
     them: talker + code predictor under 60 ms/frame at q4_k and under 90 ms/frame at q8_0 (a
     frame is 80 ms of audio), and at least 4x faster than the reference. The random model's
@@ -25,6 +25,15 @@ Stage groups (`STAGE_GROUPS`) each own a reference script and an agreement check
     Per frame means per generated frame on both sides: for N frames the engine runs N - 1 talker
     steps after the prefill (none after the last frame), HF generate runs N (the last token it
     samples is discarded by the package); both run the code predictor N times.
+  - synthesis: the audio of the same calls (the stream is consumed chunk by chunk as a player
+    would): codec decode ms per second of audio, time to first audio, and the whole synthesis'
+    wall time per second of audio (real-time factor x 1000), from the engine's `[Perf]` lines,
+    next to the same reference run, whose speech tokenizer decodes all codes after generate (its
+    first audio is the end of the whole call). Targets: first audio under 300 ms (x-vector mode,
+    voice loaded), decode faster than the reference, real-time factor under 1 at q4_k. Agreement:
+    the reference's decoder on the engine's codes of each type against the engine's audio.
+The generation and synthesis groups share one set of engine calls and one reference process.
+Missed targets are listed after the table ("MISSED TARGETS") and in the JSON ("missed_targets").
 Output: progress on stderr; the table, then one JSON line with every figure, on stdout.
 """
 from __future__ import annotations
@@ -57,9 +66,16 @@ DEFAULT_TYPES = ("f32", "f16", "q8_0", "q4_k")
 GEN_TEXT = "The quick brown fox jumps over the lazy dog."   # as /work/shared/reference/bench_reference.py
 GEN_LANGUAGE = "English"
 FRAME_MS = 80.0                                                 # audio per codec frame (12.5 Hz)
+SAMPLES_PER_FRAME = 1920
 # the issue's targets for talker + code predictor per frame: (ms limit by weight type, min speedup)
 TARGET_MS = {"q4_k": 60.0, "q8_0": 90.0}
 TARGET_SPEEDUP = 4.0
+# the audio issue's targets: time to first audio (x-vector, voice loaded), codec decode at least
+# as fast as the reference, whole streaming synthesis faster than real time (by weight type)
+TARGET_FIRST_AUDIO_MS = 300.0
+TARGET_DECODE_SPEEDUP = 1.0
+TARGET_RTF = {"q4_k": 1.0}
+SYNTHESIS_SCRIPT = "reference_synthesis_timing.py"   # the generation and synthesis groups share its run
 TOOLS_DIR = Path(__file__).resolve().parents[2] / "tools" / "bench"   # source checkouts only
 CLIP_TEXT = ("Okay. Yeah. I resent you. I love you. I respect you. But you know what? You blew it! "
              "And thanks to you. The quick brown fox jumps over the lazy dog. "
@@ -171,6 +187,8 @@ class BenchInput:
     frames: int = DEFAULT_FRAMES
     models: dict = field(default_factory=dict)   # weight type -> BenchModel, for the generation stages
     main_type: str = "f32"                       # the weight type of the engine passed to run_vocable
+    shared: dict = field(default_factory=dict)   # work shared between groups: synthesis runs, reference runs,
+                                                 # files to remove at the end ("temp_files")
 
 
 @dataclass
@@ -312,12 +330,158 @@ def codes_agreement(x: np.ndarray, y: np.ndarray) -> dict:
     return out
 
 
-class GenerationStages(StageGroup):
+@dataclass
+class SynthesisCall:
+    """One `Engine.synthesize` call as the bench saw it."""
+    result: object                 # the SynthesisResult: codes, audio, mode, reached_eos, ...
+    lines: list[str]               # the engine's [Perf] lines of this call
+    wall_ms: float                 # from the call to the whole result
+    first_chunk_ms: float | None   # from the call to the first audio chunk in this thread (a stream)
+    chunks: int                    # audio chunks the stream yielded
+
+
+@dataclass
+class TypeRuns:
+    """The synthesis calls of one weight type: a warm-up, then `repeats` timed calls."""
+    info: dict                                                  # model file, load time, mode ...
+    calls: list[SynthesisCall] = field(default_factory=list)    # [0] is the warm-up
+    error: str | None = None
+
+
+def synthesis_runs(engine, inp: BenchInput) -> dict[str, TypeRuns]:
+    """`Engine.synthesize` of the generation text for `inp.frames` frames (x-vector mode with the
+    clip's voice, greedy) for each weight type: 1 warm-up + `repeats` calls each. Run once and
+    shared by the generation and synthesis groups (one call gives both groups' [Perf] lines):
+    kept in inp.shared, with the speaker embedding and the engine's codes saved for the
+    reference process."""
+    if "synthesis_runs" in inp.shared:
+        return inp.shared["synthesis_runs"]
+    from .engine import X_VECTOR, Engine
+
+    voice = engine.embed_voice(inp.clip, SAMPLE_RATE)   # no transcript: x-vector mode
+    speaker = np.asarray(voice.speaker_embedding, dtype=np.float32)
+    inp.shared["speaker_embedding"] = speaker
+    inp.shared["speaker_path"] = _temp_file(inp, "speaker", ".npy")
+    np.save(inp.shared["speaker_path"], speaker)
+    runs: dict[str, TypeRuns] = {}
+    for wt in list(inp.models) or [inp.main_type]:
+        model = inp.models.get(wt)
+        own = model is not None and wt != inp.main_type
+        tr = runs[wt] = TypeRuns({"gguf": str(model.gguf) if model else None,
+                                  "gguf_bytes": model.gguf_bytes if model else None,
+                                  "convert_s": model.convert_s if model else None})
+        try:
+            _say(f"engine: synthesis, {wt}, {inp.frames} frames, 1 warm-up + {inp.repeats} run(s)")
+            if own:
+                with engine_perf_lines():
+                    t0 = time.perf_counter()
+                    eng = Engine(model.gguf, threads=inp.threads)
+                    tr.info["load_s"] = round(time.perf_counter() - t0, 3)
+            else:
+                eng = engine
+            try:
+                for _ in range(1 + inp.repeats):
+                    tr.calls.append(_synthesize(eng, voice, inp.frames))
+            finally:
+                if own:
+                    eng.close()
+            first = tr.calls[0].result
+            tr.info.update(frames=int(first.codes.shape[0]), frames_requested=inp.frames,
+                           reached_eos=bool(first.reached_eos), mode=first.mode, mode_reason=first.mode_reason)
+            if any(not np.array_equal(c.result.codes, first.codes) for c in tr.calls[1:]):
+                tr.info["codes_vary_between_runs"] = True
+            if first.mode != X_VECTOR:
+                raise VocableError(f"the engine ran {first.mode} mode, not {X_VECTOR}")
+        except VocableError as e:
+            tr.error = str(e)
+    codes = {wt: tr.calls[0].result.codes for wt, tr in runs.items() if tr.calls}
+    if codes:   # for the reference's decoder (the waveform agreement)
+        inp.shared["codes_path"] = _temp_file(inp, "codes", ".npz")
+        np.savez(inp.shared["codes_path"], **{wt: np.asarray(c, dtype=np.int32) for wt, c in codes.items()})
+    inp.shared["synthesis_runs"] = runs
+    return runs
+
+
+def _synthesize(eng, voice, frames: int) -> SynthesisCall:
+    """One greedy synthesis, timed. A stream (the engine's Python API since streaming synthesis)
+    is consumed chunk by chunk, as a player would; a plain result is taken as it is."""
+    with engine_perf_lines() as lines:
+        t0 = time.perf_counter()
+        out = eng.synthesize(GEN_TEXT, voice, GEN_LANGUAGE, greedy=True, max_frames=frames)
+        first, chunks = None, 0
+        if hasattr(out, "result"):
+            with out:
+                for _ in out:
+                    if first is None:
+                        first = 1e3 * (time.perf_counter() - t0)
+                    chunks += 1
+                out = out.result()
+        wall = 1e3 * (time.perf_counter() - t0)
+    return SynthesisCall(out, list(lines), wall, first, chunks)
+
+
+def _temp_file(inp: BenchInput, stem: str, suffix: str) -> Path:
+    path = inp.work_dir / f"{stem}-{os.getpid()}{suffix}"
+    inp.shared.setdefault("temp_files", []).append(path)
+    return path
+
+
+def synthesis_reference_args(inp: BenchInput) -> list[str]:
+    """The reference process's arguments, one set for both groups that read it (so it runs once)."""
+    args = ["--frames", str(inp.frames), "--text", GEN_TEXT, "--language", GEN_LANGUAGE]
+    for flag, key in (("--speaker-embedding", "speaker_path"), ("--decode-codes", "codes_path")):
+        path = inp.shared.get(key)
+        if path is not None and Path(path).is_file():
+            args += [flag, str(path)]
+    return args
+
+
+class PerTypeStages(StageGroup):
+    """Figures of the shared synthesis runs (synthesis_runs), per weight type, against the shared
+    reference run: subclasses read theirs from each type's calls (`figures`)."""
+    reference_script = SYNTHESIS_SCRIPT
+
+    def __init__(self) -> None:
+        self.frames = DEFAULT_FRAMES
+        self.types: list[str] = []
+
+    def run_vocable(self, engine, inp: BenchInput) -> GroupResult:
+        self.frames = inp.frames
+        self.types = list(inp.models) or [inp.main_type]
+        res = GroupResult()
+        runs = synthesis_runs(engine, inp)
+        errors = []
+        for wt, tr in runs.items():
+            info = res.extra[wt] = self.type_info(tr)
+            try:
+                if tr.error:
+                    raise VocableError(tr.error)
+                self.figures(wt, tr, res, info)
+            except VocableError as e:
+                info["error"] = str(e)
+                errors.append(f"{wt}: {e}")
+        if errors:
+            res.error = "; ".join(errors)
+        return res
+
+    def type_info(self, tr: TypeRuns) -> dict:
+        """The start of a weight type's entry in the group's extra."""
+        return {}
+
+    def figures(self, wt: str, tr: TypeRuns, res: GroupResult, info: dict) -> None:
+        """Puts the type's runs (res.runs_ms), outputs and info from its calls; VocableError
+        when they lack something."""
+        raise NotImplementedError
+
+    def reference_args(self, inp: BenchInput) -> list[str]:
+        return synthesis_reference_args(inp)
+
+
+class GenerationStages(PerTypeStages):
     """`Engine.synthesize` (x-vector, greedy, a fixed frame count) for each weight type, against
-    the reference's fp32 `generate_voice_clone` with the same speaker embedding."""
+    the reference's fp32 `generate_voice_clone` with the same speaker embedding: the talker and
+    code predictor."""
     name = "generation"
-    reference_script = "reference_generation_timing.py"
-    text, language = GEN_TEXT, GEN_LANGUAGE
     _PROMPT = re.compile(r"\[Perf\] prompt build: ([\d.]+) ms \((\d+) positions\), prefill: ([\d.]+) ms, "
                          r"time to first frame: ([\d.]+) ms")
     _FRAMES = re.compile(r"\[Perf\] (\d+) frames \((?:EOS|frame cap)\): talker ([\d.]+) ms/frame, "
@@ -329,84 +493,31 @@ class GenerationStages(StageGroup):
             ("prefill", "prefill ms", "prefill_ms"),
             ("first_frame", "time to first frame ms", None)]
 
-    def __init__(self) -> None:
-        self.speaker_path: Path | None = None
-        self.frames = DEFAULT_FRAMES
-        self.types: list[str] = []
-
     def run_vocable(self, engine, inp: BenchInput) -> GroupResult:
-        from .engine import X_VECTOR, Engine
-
-        self.frames = inp.frames
-        self.types = list(inp.models) or [inp.main_type]
-        res = GroupResult()
-        voice = engine.embed_voice(inp.clip, SAMPLE_RATE)   # no transcript: x-vector mode
-        self.speaker_path = inp.work_dir / f"speaker-{os.getpid()}.npy"
-        np.save(self.speaker_path, np.asarray(voice.speaker_embedding, dtype=np.float32))
-        res.outputs["speaker_embedding"] = np.asarray(voice.speaker_embedding)
-        errors = []
-        for wt in self.types:
-            model = inp.models.get(wt)
-            own = model is not None and wt != inp.main_type
-            info: dict = {"gguf": str(model.gguf) if model else None,
-                          "gguf_bytes": model.gguf_bytes if model else None,
-                          "convert_s": model.convert_s if model else None}
-            res.extra[wt] = info
-            try:
-                _say(f"engine: generation, {wt}, {inp.frames} frames, 1 warm-up + {inp.repeats} run(s)")
-                if own:
-                    with engine_perf_lines():
-                        t0 = time.perf_counter()
-                        eng = Engine(model.gguf, threads=inp.threads)
-                        info["load_s"] = round(time.perf_counter() - t0, 3)
-                else:
-                    eng = engine
-                try:
-                    self._time_type(eng, wt, voice, inp, res, info)
-                finally:
-                    if own:
-                        eng.close()
-                if info.get("mode") != X_VECTOR:
-                    raise VocableError(f"{wt}: the engine ran {info.get('mode')} mode, not {X_VECTOR}")
-            except VocableError as e:
-                info["error"] = str(e)
-                errors.append(f"{wt}: {e}")
-        if errors:
-            res.error = "; ".join(errors)
+        res = super().run_vocable(engine, inp)
+        res.outputs["speaker_embedding"] = inp.shared["speaker_embedding"]
         return res
 
-    def _time_type(self, eng, wt: str, voice, inp: BenchInput, res: GroupResult, info: dict) -> None:
+    def type_info(self, tr: TypeRuns) -> dict:
+        return dict(tr.info)   # the model and the run: file, load time, frames, mode ...
+
+    def figures(self, wt: str, tr: TypeRuns, res: GroupResult, info: dict) -> None:
         runs = {k: [] for k, _, _ in self.ROWS}
-        walls = []
-        for i in range(1 + inp.repeats):
-            with engine_perf_lines() as lines:
-                t0 = time.perf_counter()
-                out = eng.synthesize(self.text, voice, self.language, greedy=True, max_frames=inp.frames)
-                wall = 1e3 * (time.perf_counter() - t0)
-            _, positions, prefill, first = _perf_value(lines, self._PROMPT)
-            frames, talker, predictor, _ = _perf_value(lines, self._FRAMES)
+        for i, call in enumerate(tr.calls):
+            _, positions, prefill, first = _perf_value(call.lines, self._PROMPT)
+            _, talker, predictor, _ = _perf_value(call.lines, self._FRAMES)
             if i == 0:   # warm-up: its codes are the output (greedy: every run gives the same)
-                res.outputs[f"{wt}:codes"] = out.codes
-                info.update(frames=int(frames), frames_requested=inp.frames, reached_eos=out.reached_eos,
-                            prompt_positions=int(positions), mode=out.mode, mode_reason=out.mode_reason)
+                res.outputs[f"{wt}:codes"] = call.result.codes
+                info["prompt_positions"] = int(positions)
                 continue
-            if not np.array_equal(out.codes, res.outputs[f"{wt}:codes"]):
-                info["codes_vary_between_runs"] = True
             for key, v in (("talker", talker), ("code_predictor", predictor), ("total", talker + predictor),
                            ("prefill", prefill), ("first_frame", first)):
                 runs[key].append(v)
-            walls.append(wall)
         for key, v in runs.items():
             res.runs_ms[f"{wt}:{key}"] = v
-        info["synthesize_wall_ms"] = _round(median(walls))
+        info["synthesize_wall_ms"] = _round(median([c.wall_ms for c in tr.calls[1:]]))
         total = median(runs["total"])
         info["real_time_factor"] = round(total / FRAME_MS, 3) if total else None   # generation only
-
-    def reference_args(self, inp: BenchInput) -> list[str]:
-        args = ["--frames", str(inp.frames), "--text", self.text, "--language", self.language]
-        if self.speaker_path is not None and self.speaker_path.is_file():
-            args += ["--speaker-embedding", str(self.speaker_path)]
-        return args
 
     def rows(self, o: GroupResult, t: GroupResult | None) -> list[dict]:
         if t and not t.error:
@@ -471,7 +582,136 @@ class GenerationStages(StageGroup):
                 + "".join(f"\n    {p}" for p in parts))
 
 
-STAGE_GROUPS: list[StageGroup] = [VoiceStages(), GenerationStages()]
+def waveform_agreement(ours: np.ndarray, theirs: np.ndarray) -> dict:
+    """Two decodes of the same codes: cosine and residual (dB below the reference's signal) over
+    the common samples."""
+    a = np.asarray(ours, dtype=np.float64).ravel()
+    b = np.asarray(theirs, dtype=np.float64).ravel()
+    out: dict = {"samples": [int(a.size), int(b.size)]}
+    n = min(a.size, b.size)
+    if not n:
+        return out
+    a, b = a[:n], b[:n]
+    diff, signal = float(np.sum((a - b) ** 2)), float(np.sum(b * b))
+    out.update(cosine=round(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30)), 6),
+               residual_db=round(10 * np.log10(diff / signal), 1) if diff > 0 and signal > 0 else None,
+               max_abs_diff=float(np.abs(a - b).max()))
+    return out
+
+
+class SynthesisStages(PerTypeStages):
+    """Audio out, from the same `Engine.synthesize` calls as the generation stages (streamed,
+    decoded while generating), for each weight type: codec decode ms per second of audio, time
+    to first audio and the whole synthesis' wall time per second of audio (the real-time factor
+    x 1000), from the engine's [Perf] lines. The reference (the same process as the generation
+    stages) decodes all codes after generate and does not stream: its first audio is the end of
+    the whole call. Agreement: the reference's decoder on the engine's codes of each weight
+    type against the engine's audio."""
+    name = "synthesis"
+    _DECODE = re.compile(r"\[Perf\] codec decode: ([\d.]+) ms per second of audio \((\d+) frames in (\d+) chunks\)")
+    _FIRST_AUDIO = re.compile(r"\[Perf\] time to first audio: ([\d.]+) ms")
+    _SYNTHESIS = re.compile(r"\[Perf\] synthesis: ([\d.]+) s of audio in ([\d.]+) s, real-time factor ([\d.]+)")
+    ROWS = [("decode", "codec decode ms per s of audio", "decode_ms_per_audio_s"),
+            ("first_audio", "time to first audio ms", "first_audio_ms"),
+            ("synthesis", "whole synthesis ms per s of audio (RTF x 1000)", "synthesis_ms_per_audio_s")]
+
+    def figures(self, wt: str, tr: TypeRuns, res: GroupResult, info: dict) -> None:
+        first = tr.calls[0].result
+        audio = getattr(first, "audio", None)
+        if audio is None:
+            raise VocableError("the engine returned no audio (a build from before the codec decoder?)")
+        runs = {k: [] for k, _, _ in self.ROWS}
+        for i, call in enumerate(tr.calls):
+            decode, frames, chunks = _perf_value(call.lines, self._DECODE)
+            first_audio, = _perf_value(call.lines, self._FIRST_AUDIO)
+            audio_s, _, rtf = _perf_value(call.lines, self._SYNTHESIS)
+            if i == 0:   # warm-up: its audio is the output (greedy: every run gives the same)
+                res.outputs[f"{wt}:audio"] = np.asarray(audio, dtype=np.float32)
+                info.update(frames=int(frames), engine_chunks=int(chunks), audio_s=audio_s,
+                            samples=int(np.asarray(audio).size),
+                            samples_expected=int(first.codes.shape[0]) * SAMPLES_PER_FRAME)
+                continue
+            runs["decode"].append(decode)
+            runs["first_audio"].append(first_audio)
+            runs["synthesis"].append(1e3 * rtf)
+        for key, v in runs.items():
+            res.runs_ms[f"{wt}:{key}"] = v
+        timed = tr.calls[1:]
+        info["stream_chunks"] = timed[0].chunks if timed else None
+        firsts = [c.first_chunk_ms for c in timed if c.first_chunk_ms is not None]
+        info["first_chunk_wall_ms"] = _round(median(firsts))   # in this thread, through the stream
+        wall = median([c.wall_ms for c in timed])
+        info["synthesize_wall_ms"] = _round(wall)
+        rtf = median(runs["synthesis"])
+        info["real_time_factor"] = round(rtf / 1e3, 3) if rtf else None
+        # the same from this thread: tokenizing the text and the stream's queue included
+        info["wall_real_time_factor"] = round(wall / 1e3 / audio_s, 3) if wall and audio_s else None
+
+    def rows(self, o: GroupResult, t: GroupResult | None) -> list[dict]:
+        out = []
+        audio_s = self.frames * FRAME_MS / 1e3
+        for wt in self.types:
+            info = o.extra.get(wt, {})
+            for key, label, ref_key in self.ROWS:
+                row = stage_row(self.name, f"{wt}:{key}", label, o, t, ref_key=ref_key,
+                                section=f"synthesis {wt} ({self.frames} frames = {audio_s:g} s of audio, x-vector, "
+                                        f"greedy, streamed)",
+                                weight_type=wt, error=info.get("error"))
+                if key == "synthesis":
+                    row["vocable_rtf"] = _rtf(row["vocable_ms"])
+                    row["reference_rtf"] = _rtf(row["reference_ms"])
+                row["targets"] = self.targets(wt, key, row)
+                out.append(row)
+        return out
+
+    @staticmethod
+    def targets(wt: str, key: str, row: dict) -> list[dict]:
+        """The issue's targets for a synthesis row, each with met: True/False/None."""
+        v, speedup = row["vocable_ms"], row["speedup"]
+        if key == "decode":
+            return [{"what": "speedup_at_least", "value": TARGET_DECODE_SPEEDUP,
+                     "met": None if speedup is None else speedup >= TARGET_DECODE_SPEEDUP}]
+        if key == "first_audio":
+            return [{"what": "ms_below", "value": TARGET_FIRST_AUDIO_MS,
+                     "met": None if v is None else v < TARGET_FIRST_AUDIO_MS}]
+        if key == "synthesis" and wt in TARGET_RTF:
+            return [{"what": "rtf_below", "value": TARGET_RTF[wt],
+                     "met": None if v is None else v / 1e3 < TARGET_RTF[wt]}]
+        return []
+
+    def agreement(self, ours, theirs) -> dict:
+        out: dict = {}
+        for wt in self.types:
+            a, b = ours.get(f"{wt}:audio"), theirs.get(f"decoded_{wt}")
+            if a is not None and b is not None:   # both decoders on the same (the engine's) codes
+                out[wt] = waveform_agreement(a, b)
+        return out
+
+    def describe_agreement(self, ag: dict) -> str:
+        parts = []
+        for wt in self.types:
+            a = ag.get(wt)
+            if not a:
+                continue
+            s = a["samples"]
+            if a.get("cosine") is None:
+                parts.append(f"{wt}: nothing to compare ({s[0]} vs {s[1]} samples)")
+                continue
+            res = "exact" if a["residual_db"] is None else f"residual {a['residual_db']:.1f} dB"
+            length = f"{s[0]} samples" if s[0] == s[1] else f"{s[0]} vs {s[1]} samples (compared {min(s)})"
+            parts.append(f"{wt} waveform cosine {a['cosine']:.6f} ({res}, max abs diff {a['max_abs_diff']:.2g}), "
+                         f"{length}")
+        if not parts:
+            return ""
+        return "audio: the reference's decoder on the engine's codes vs the engine's audio:" + \
+            "".join(f"\n    {p}" for p in parts)
+
+
+def _rtf(ms_per_audio_s: float | None) -> float | None:
+    return None if ms_per_audio_s is None else round(ms_per_audio_s / 1e3, 3)
+
+
+STAGE_GROUPS: list[StageGroup] = [VoiceStages(), GenerationStages(), SynthesisStages()]
 
 
 # ---- reference side -------------------------------------------------------------------------
@@ -500,13 +740,24 @@ def find_reference_python() -> tuple[str | None, str]:
 
 
 def run_reference(group: StageGroup, python: str, hf_dir: Path, inp: BenchInput) -> GroupResult:
+    """The group's reference script in a subprocess. Groups that ask for the same script with the
+    same arguments get the result of one run (kept in inp.shared)."""
     script = TOOLS_DIR / group.reference_script
+    args = group.reference_args(inp)
+    done = inp.shared.setdefault("reference_runs", {})
+    key = (group.reference_script, python, str(hf_dir), tuple(args))
+    if key not in done:
+        done[key] = _run_reference_script(script, python, hf_dir, inp, args)
+    return done[key]
+
+
+def _run_reference_script(script: Path, python: str, hf_dir: Path, inp: BenchInput, args: list[str]) -> GroupResult:
     if not script.is_file():
         return GroupResult(error=f"skipped: {script} not found (the reference scripts live in a source checkout)")
-    outputs = inp.work_dir / f"reference-{group.name}.npz"
+    outputs = inp.work_dir / f"reference-{script.stem}.npz"
     outputs.unlink(missing_ok=True)
     cmd = [python, str(script), "--model-dir", str(hf_dir), "--clip", str(inp.clip_path), "--outputs", str(outputs),
-           "--threads", str(inp.threads), "--repeats", str(inp.repeats), *group.reference_args(inp)]
+           "--threads", str(inp.threads), "--repeats", str(inp.repeats), *args]
     env = dict(os.environ, OMP_NUM_THREADS=str(inp.threads), MKL_NUM_THREADS=str(inp.threads),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     try:
@@ -546,15 +797,38 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+_TARGET_TEXT = {"ms_per_frame_below": "< {:g} ms", "ms_below": "< {:g} ms", "speedup_at_least": ">= {:g}x",
+                "rtf_below": "RTF < {:g}"}
+
+
 def _targets(targets: list[dict] | None) -> str:
+    """The target column: each target and whether it is met (yes / NO / ? when unknown)."""
     if not targets:
         return ""
     words = {True: "yes", False: "NO", None: "?"}
+    return ", ".join(f"{_TARGET_TEXT[t['what']].format(t['value'])}: {words[t['met']]}" for t in targets)
+
+
+def missed_targets(stages: list[dict]) -> list[str]:
+    """One line per missed target: which row, the figure, the target and by how much it is missed."""
     out = []
-    for t in targets:
-        what = f"< {t['value']:g} ms" if t["what"] == "ms_per_frame_below" else f">= {t['value']:g}x"
-        out.append(f"{what}: {words[t['met']]}")
-    return ", ".join(out)
+    for s in stages:
+        for t in s.get("targets") or []:
+            if t["met"] is not False:
+                continue
+            where = f"{s['group']} {s['weight_type']}" if s.get("weight_type") else s["group"]
+            v, limit = s["vocable_ms"], t["value"]
+            if t["what"] in ("ms_per_frame_below", "ms_below"):
+                unit = " ms/frame" if t["what"] == "ms_per_frame_below" else " ms"
+                by = (f"{v:.1f}{unit}, target < {limit:g}{unit}: {v - limit:.1f}{unit} "
+                      f"({100 * (v / limit - 1):.0f} %) over")
+            elif t["what"] == "rtf_below":
+                rtf = v / 1e3
+                by = f"real-time factor {rtf:.3f}, target < {limit:g}: {100 * (rtf / limit - 1):.0f} % over"
+            else:
+                by = f"{s['speedup']:.2f}x the reference, target >= {limit:g}x"
+            out.append(f"{where}, {s['label']}: {by}")
+    return out
 
 
 def _size(n: int | None) -> str:
@@ -595,9 +869,12 @@ def _print_report(rep: dict) -> None:
         if i == 0:
             print("  " + "-" * (sum(widths) + 8))
     print()
+    failed = {}   # one line per section (or stage) and reason
     for s in rep["stages"]:
         if s.get("error"):
-            print(f"  {s['label']}: vocable failed: {s['error']}")
+            failed.setdefault((s.get("section") or s["label"], s["error"]), None)
+    for where, error in failed:
+        print(f"  {where}: vocable failed: {error}")
     gen = rep.get("vocable_extra", {}).get("generation", {})
     runs = [f"{wt} {info['frames']}/{info['frames_requested']}" for wt, info in gen.items()
             if isinstance(info, dict) and "frames" in info]
@@ -618,6 +895,19 @@ def _print_report(rep: dict) -> None:
         print(f"  targets (issue 3): talker + code predictor < {TARGET_MS['q4_k']:g} ms/frame at q4_k, "
               f"< {TARGET_MS['q8_0']:g} ms/frame at q8_0 (a frame is {FRAME_MS:g} ms of audio), "
               f">= {TARGET_SPEEDUP:g}x faster than the reference (fp32)")
+    syn = {wt: info for wt, info in rep.get("vocable_extra", {}).get("synthesis", {}).items()
+           if isinstance(info, dict) and "stream_chunks" in info}
+    if syn:
+        first = ", ".join(f"{wt} {_ms(info.get('first_chunk_wall_ms'))} ms" for wt, info in syn.items())
+        chunks = ", ".join(f"{wt} {info['stream_chunks']}" for wt, info in syn.items())
+        print(f"  synthesis: streamed chunks per run {chunks}; first chunk in the calling thread after {first}")
+        rsyn = rep.get("reference_extra", {}).get("synthesis", {})
+        if "audio_s" in rsyn:
+            print(f"  synthesis, reference: no streaming, its first audio is the end of generate + decode "
+                  f"({rsyn['audio_s']:g} s of audio, decoded in one call)")
+        rtf = ", ".join(f"{wt} {_TARGET_TEXT['rtf_below'].format(v)}" for wt, v in TARGET_RTF.items())
+        print(f"  targets (issue 4): time to first audio < {TARGET_FIRST_AUDIO_MS:g} ms (x-vector, voice loaded), "
+              f"codec decode faster than the reference, whole synthesis {rtf}")
     if ref["status"] == "ok":
         loads = ", ".join(f"{v} s ({k})" for k, v in (ref.get("load_s") or {}).items())
         print(f"  reference: {ref_note}, fp32, load {loads or '-'}")
@@ -625,6 +915,11 @@ def _print_report(rep: dict) -> None:
         print(f"  reference {ref['status']}: {ref['reason']}")
     for text in rep["agreement_text"]:
         print(f"  agreement: {text}")
+    missed = rep.get("missed_targets") or []
+    if missed:
+        print(f"  MISSED TARGETS ({len(missed)}):")
+        for line in missed:
+            print(f"    {line}")
     if not m["random_weights"]:
         built = "given"
     else:
@@ -689,9 +984,8 @@ def run_bench(args) -> int:
         return _run(args, model, inp, clip_source, __version__, Engine)
     finally:
         clip_path.unlink(missing_ok=True)
-        for g in STAGE_GROUPS:
-            if isinstance(g, GenerationStages) and g.speaker_path is not None:
-                g.speaker_path.unlink(missing_ok=True)
+        for path in inp.shared.get("temp_files", []):
+            path.unlink(missing_ok=True)
 
 
 def parse_types(value) -> list[str]:
@@ -742,6 +1036,7 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
             ref = {"status": "skipped", "reason": why}
         else:
             ref = {"status": "ok", "python": python}
+            seen: dict[int, str] = {}   # one run shared by several groups is reported once
             for g in STAGE_GROUPS:
                 _say(f"reference: {g.name} stages ({python})")
                 r = theirs[g.name] = run_reference(g, python, model.hf_dir, inp)
@@ -749,6 +1044,10 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
                     ref = {"status": r.error.split(":", 1)[0], "reason": r.error.split(":", 1)[1].strip(),
                            "python": python}
                     break
+                if id(r) in seen:
+                    _say(f"reference: {g.name} stages from the same run as {seen[id(r)]}")
+                    continue
+                seen[id(r)] = g.name
                 ref.update({k: r.extra[k] for k in ("package", "torch_threads") if k in r.extra})
                 ref.setdefault("load_s", {})[g.name] = r.extra.get("load_s")
                 ref["torch"] = r.extra.get("versions", {}).get("torch")
@@ -761,7 +1060,9 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         stages.extend(g.rows(o, t))
         if o.outputs and t and t.outputs:
             agreement[g.name] = g.agreement(o.outputs, t.outputs)
-            agreement_text.append(g.describe_agreement(agreement[g.name]))
+            text = g.describe_agreement(agreement[g.name])
+            if text:
+                agreement_text.append(text)
     report = {
         "bench": "vocable", "vocable_version": version, "model": model.describe(),
         "threads": inp.threads, "ref_seconds": round(len(inp.clip) / SAMPLE_RATE, 3), "clip_source": clip_source,
@@ -769,7 +1070,7 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         "frames": inp.frames, "generation_text": GEN_TEXT, "generation_language": GEN_LANGUAGE,
         "vocable_extra": {g: r.extra for g, r in ours.items()}, "reference": ref,
         "reference_extra": {g: r.extra for g, r in theirs.items()}, "stages": stages,
-        "agreement": agreement, "agreement_text": agreement_text,
+        "agreement": agreement, "agreement_text": agreement_text, "missed_targets": missed_targets(stages),
         "loadavg_1min": [load_before, _loadavg()],   # other work on the machine skews the figures
     }
     _print_report(report)
