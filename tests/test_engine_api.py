@@ -1,4 +1,5 @@
-"""The Python engine API: model info, log forwarding, the GIL, errors of the native layer."""
+"""The Python engine API: model info, log forwarding, the GIL, errors of the native layer, and
+streaming synthesis (chunks, result, cancel, files, decode)."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import reference
-from vocable import Engine, ModelError, _engine
+from vocable import AudioError, Engine, ModelError, SynthesisCancelled, VocableError, Voice, _engine
 
 
 def test_versions_and_abi():
@@ -28,6 +29,14 @@ def test_model_info(converted, variant, variant_name):
     assert info["n_codebooks"] == 16 and info["codebook_size"] == 2048
     assert info["n_speaker_embd"] == info["talker_hidden"]
     assert info["weight_type"] == "f32"
+    assert info["codec_chunk_frames"] == round(_engine.DEFAULT_CODEC_CHUNK_SEC * 12.5)
+
+
+def test_codec_chunk_width(converted):
+    with Engine(converted("0.6b", "f32"), threads=1, codec_chunk_sec=0.8) as engine:
+        assert engine.info["codec_chunk_frames"] == 10
+    with pytest.raises(ValueError, match="codec_chunk_sec"):
+        Engine(converted("0.6b", "f32"), codec_chunk_sec=0)
 
 
 def test_perf_lines_reach_python_logging(converted, caplog):
@@ -44,9 +53,10 @@ def test_generation_perf_lines(converted, caplog):
     voice = Voice(reference("0.6b", "speaker_embedding"))
     with caplog.at_level(logging.INFO, logger="vocable.engine"):
         with Engine(converted("0.6b", "f32"), threads=2) as engine:
-            engine.synthesize("Hello world.", voice, greedy=True, max_frames=5)
+            engine.synthesize("Hello world.", voice, greedy=True, max_frames=5).result()
     text = "\n".join(r.getMessage() for r in caplog.records if r.name == "vocable.engine")
-    for part in ("[Perf] prompt build", "prefill", "time to first frame", "talker", "ms/frame", "code predictor"):
+    for part in ("[Perf] prompt build", "prefill", "time to first frame", "talker", "ms/frame", "code predictor",
+                 "[Perf] synthesis", "real-time factor", "first audio after"):
         assert part in text
 
 
@@ -111,3 +121,209 @@ def test_concurrent_calls_are_serialised(converted):
     for v in results:
         np.testing.assert_array_equal(v.codes, expected.codes)
         np.testing.assert_allclose(v.speaker_embedding, expected.speaker_embedding, rtol=0, atol=1e-6)
+
+
+# -- streaming synthesis ---------------------------------------------------------------------------
+
+TEXT = "Hello world, this is a test."
+
+
+@pytest.fixture(scope="module")
+def engine(converted):
+    with Engine(converted("0.6b", "f32"), threads=2) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def voice():
+    return Voice(reference("0.6b", "speaker_embedding"))
+
+
+def snr_db(signal: np.ndarray, residual: np.ndarray) -> float:
+    return 10 * np.log10(np.sum(signal.astype(np.float64) ** 2) / max(np.sum(residual.astype(np.float64) ** 2), 1e-30))
+
+
+def test_stream_chunks_join_to_the_result(engine, voice):
+    frames = 60
+    with engine.synthesize(TEXT, voice, greedy=True, max_frames=frames) as stream:
+        chunks = list(stream.chunks())
+        result = stream.result()
+    spf = engine.info["samples_per_frame"]
+    # the header's schedule: one frame, then twice as many each time up to the codec chunk
+    cap = engine.info["codec_chunk_frames"]
+    sizes, n = [], 1
+    while sum(sizes) < frames:
+        sizes.append(min(n, cap, frames - sum(sizes)))
+        n *= 2
+    assert [c.codes.shape[0] for c in chunks] == sizes
+    assert [c.first_frame for c in chunks] == list(np.cumsum([0] + sizes[:-1]))
+    assert all(c.audio.dtype == np.float32 and c.audio.size == c.codes.shape[0] * spf for c in chunks)
+    assert [c.first_sample for c in chunks] == [c.first_frame * spf for c in chunks]
+    # joined, the chunks are the whole audio, exactly; their codes are the result's codes
+    np.testing.assert_array_equal(np.concatenate([c.audio for c in chunks]), result.audio)
+    np.testing.assert_array_equal(np.concatenate([c.codes for c in chunks]), result.codes)
+    assert result.audio.dtype == np.float32 and result.audio.shape == (frames * spf,)
+    assert result.sample_rate == 24000 and result.seconds == pytest.approx(frames / 12.5)
+    assert result.codes.shape == (frames, 16) and not result.reached_eos and result.segments == (TEXT,)
+    assert np.all(np.isfinite(result.audio)) and 0 < np.abs(result.audio).max() <= 1.0
+    # the first audio came after the first frame, long before the end
+    assert 0 < result.time_to_first_audio < result.wall_time / 3
+    assert result.real_time_factor == pytest.approx(result.wall_time / result.seconds)
+    p = stream.progress
+    assert p.done and p.frames == frames and p.audio_seconds == pytest.approx(result.seconds)
+    assert p.time_to_first_audio == pytest.approx(result.time_to_first_audio)
+
+
+def test_iterating_yields_float32_audio(engine, voice):
+    stream = engine.synthesize(TEXT, voice, greedy=True, max_frames=8)
+    audio = list(stream)
+    assert all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.ndim == 1 for a in audio)
+    np.testing.assert_array_equal(np.concatenate(audio), stream.result().audio)
+    np.testing.assert_array_equal(np.concatenate(list(stream)), stream.result().audio)  # a second pass
+
+
+def test_stream_equals_buffered_decode(engine, voice):
+    result = engine.synthesize(TEXT, voice, greedy=True, max_frames=40).result()
+    whole = engine.decode(result.codes)
+    assert whole.shape == result.audio.shape
+    assert snr_db(whole, result.audio - whole) >= 80
+
+
+def test_first_chunk_before_the_end(engine, voice):
+    """The consumer gets audio while the engine is still generating."""
+    with engine.synthesize(TEXT, voice, greedy=True, max_frames=150) as stream:
+        it = iter(stream)
+        first = next(it)
+        progress = stream.progress
+        assert first.size == engine.info["samples_per_frame"]
+        assert not progress.done and progress.frames < 150 and progress.real_time_factor is not None
+        rest = list(it)
+    assert sum(a.size for a in rest) + first.size == 150 * engine.info["samples_per_frame"]
+
+
+def test_seed_reproduces_audio(engine, voice):
+    a = engine.synthesize(TEXT, voice, seed=42, max_frames=10).result()
+    b = engine.synthesize(TEXT, voice, seed=42, max_frames=10).result()
+    c = engine.synthesize(TEXT, voice, max_frames=10).result()
+    np.testing.assert_array_equal(a.audio, b.audio)
+    assert a.seed == 42 and isinstance(c.seed, int) and c.seed != 42
+
+
+def test_cancel_mid_stream(engine, voice):
+    stream = engine.synthesize(TEXT, voice, max_frames=4000)
+    it = stream.chunks()
+    next(it)
+    start = time.perf_counter()
+    stream.cancel()
+    with pytest.raises(SynthesisCancelled):
+        for _ in it:
+            pass
+    assert time.perf_counter() - start < 2.0
+    with pytest.raises(SynthesisCancelled):
+        stream.result()
+    assert stream.progress.frames < 4000
+    # the engine stays usable
+    assert engine.synthesize("Hello.", voice, greedy=True, max_frames=3).result().codes.shape == (3, 16)
+
+
+def test_engine_cancel_stops_the_stream(engine, voice):
+    stream = engine.synthesize(TEXT, voice, max_frames=4000)
+    next(iter(stream))
+    engine.cancel()
+    with pytest.raises(SynthesisCancelled):
+        stream.result(timeout=5)
+    assert engine.synthesize("Hello.", voice, greedy=True, max_frames=2).result().audio.size == 2 * 1920
+
+
+def test_leaving_the_stream_cancels_it(engine, voice):
+    start = time.perf_counter()
+    with engine.synthesize(TEXT, voice, max_frames=4000) as stream:
+        next(iter(stream))
+    assert stream.done and time.perf_counter() - start < 5.0
+    with pytest.raises(SynthesisCancelled):
+        stream.result()
+
+
+def test_streams_queue_on_one_engine(engine, voice):
+    """A second stream waits for the first (one context computes one request at a time)."""
+    a = engine.synthesize(TEXT, voice, greedy=True, max_frames=20)
+    b = engine.synthesize(TEXT, voice, greedy=True, max_frames=20)
+    ra, rb = a.result(), b.result()
+    np.testing.assert_array_equal(ra.audio, rb.audio)
+
+
+def test_gil_is_released_while_streaming(engine, voice):
+    ticks = []
+    stream = engine.synthesize(TEXT, voice, greedy=True, max_frames=80)
+    while not stream.done:
+        ticks.append(time.perf_counter())
+        time.sleep(0.001)
+    assert len(ticks) >= 20
+    stream.result()
+
+
+def test_engine_errors_reach_the_consumer(engine, voice):
+    # in-context reference codes with the wrong number of codebooks: refused by the engine
+    bad = Voice(voice.speaker_embedding, np.zeros((10, 8), dtype=np.int32), "Okay.")
+    stream = engine.synthesize(TEXT, bad, max_frames=5)
+    with pytest.raises(VocableError, match="cannot synthesize"):
+        list(stream)
+    with pytest.raises(VocableError, match="cannot synthesize"):
+        stream.result()
+
+
+def test_argument_errors_are_raised_at_once(engine, voice):
+    from vocable.text import TextError
+    with pytest.raises(TextError):
+        engine.synthesize("  \n ", voice)
+    with pytest.raises(VocableError, match="unknown language 'klingon'"):
+        engine.synthesize(TEXT, voice, language="klingon")
+    with pytest.raises(VocableError, match="another model size"):
+        engine.synthesize(TEXT, Voice(np.zeros(voice.speaker_embedding.size + 4, dtype=np.float32)))
+    with pytest.raises(ValueError, match="max_frames"):
+        engine.synthesize(TEXT, voice, max_frames=0)
+    assert "english" in engine.languages and "chinese" in engine.languages
+    engine.synthesize(TEXT, voice, language="English", greedy=True, max_frames=2).result()
+
+
+@pytest.mark.parametrize("suffix,subtype", [(".wav", "PCM_16"), (".flac", "PCM_16"), (".ogg", "VORBIS")])
+def test_synthesize_to_file(engine, voice, tmp_path, suffix, subtype):
+    import soundfile as sf
+    path = tmp_path / f"out{suffix}"
+    result = engine.synthesize_to_file(TEXT, voice, path, greedy=True, max_frames=12)
+    info = sf.info(str(path))
+    assert info.samplerate == 24000 and info.channels == 1 and info.subtype == subtype
+    data, rate = sf.read(str(path), dtype="float32")
+    assert data.shape == result.audio.shape
+    if subtype == "PCM_16":
+        np.testing.assert_allclose(data, result.audio, atol=1.0 / 32768 + 1e-6)
+    else:
+        assert snr_db(result.audio, data - result.audio) > 10
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_synthesize_to_file_errors(engine, voice, tmp_path):
+    with pytest.raises(AudioError, match="unknown audio file type '.mp4'"):
+        engine.synthesize_to_file(TEXT, voice, tmp_path / "out.mp4", max_frames=2)
+    with pytest.raises(AudioError, match="does not exist"):
+        engine.synthesize_to_file(TEXT, voice, tmp_path / "none" / "out.wav", max_frames=2)
+
+
+def test_decode(engine, voice):
+    codes = reference("0.6b", "ref_codes")
+    whole = engine.decode(codes)
+    assert whole.dtype == np.float32 and whole.shape == (codes.shape[0] * 1920,)
+    for width in (1, 7, codes.shape[0]):
+        part = engine.decode(codes, chunk_frames=width)
+        assert snr_db(whole, part - whole) >= 50, width
+    with pytest.raises(ValueError, match="codes must be"):
+        engine.decode(codes[:, :8])
+    with pytest.raises(VocableError, match="cannot decode"):
+        engine.decode(np.full((2, 16), 5000, dtype=np.int32))
+
+
+def test_closed_engine_refuses_synthesis(converted, voice):
+    engine = Engine(converted("0.6b", "f32"), threads=1)
+    engine.close()
+    with pytest.raises(ValueError, match="closed"):
+        engine.synthesize(TEXT, voice)

@@ -268,11 +268,6 @@ class Synthesis:
                     for i, seg in enumerate(self._segments):
                         if self._cancel_flag.is_set():
                             raise SynthesisCancelled("synthesis cancelled")
-                        if self._max_frames is not None:
-                            remaining = self._max_frames - frames_before
-                            if remaining <= 0:
-                                eos_all = False
-                                break
                         with self._cond:
                             self._segment = i
                         held = np.zeros(0, dtype=np.float32)  # a segment's tail, kept for its fade-out
@@ -297,7 +292,7 @@ class Synthesis:
                             codes, _pcm, eos = engine._ctx.synthesize(
                                 seg.ids, self._voice.speaker_embedding, self._ref_codes, self._ref_ids,
                                 self._language, *self._sampling, seg.seed,
-                                int(remaining) if self._max_frames is not None else 0, on_chunk, self._cancel_flag)
+                                int(self._max_frames or 0), on_chunk, self._cancel_flag)
                         except _engine.EngineError as e:
                             if e.args[1] == _engine.STATUS_CANCELLED:
                                 raise SynthesisCancelled("synthesis cancelled") from None
@@ -461,9 +456,9 @@ class Engine:
 
         A text longer than `max_segment_units` (text.MAX_SEGMENT_UNITS, about 20 s of speech) is
         split at sentence boundaries into segments spoken one after the other in the same
-        stream, in the same voice; segment i samples with a seed derived from (seed, i). Each
-        segment's frame cap is _engine.default_max_frames(its text tokens); `max_frames` caps
-        the frames of the whole stream instead."""
+        stream, in the same voice; segment i samples with a seed derived from (seed, i).
+        `max_frames` is the frame cap of each segment (the model can run on without ending);
+        by default _engine.default_max_frames(the segment's text tokens)."""
         from .text import MAX_SEGMENT_UNITS, split_for_synthesis
 
         started = time.perf_counter()
