@@ -7,7 +7,7 @@
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #    include <immintrin.h>
 #    define QT_X86  1
-#    define QT_AVX2 __attribute__((target("avx2,fma")))
+#    define QT_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
 namespace qt {
@@ -16,7 +16,8 @@ namespace {
 
 bool use_avx2() {
 #ifdef QT_X86
-    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
     return ok;
 #else
     return false;
@@ -35,6 +36,7 @@ constexpr int k_mr = 6;    // output frames per register tile
 constexpr int k_nr = 16;   // output channels per register tile (two 8-float vectors)
 constexpr int k_kc = 256;  // depth of a packed weight panel (16 KiB)
 constexpr int k_tc = 96;   // output frames per work item (its tiles stay in L1)
+constexpr int k_min_converted_frames = 8;
 
 // y[i][0..nv) += x[i] . wp over kc for MR frames; x rows at stride ldx, wp packed [kc][16].
 template <int MR>
@@ -72,9 +74,47 @@ QT_AVX2 inline void gemm_tile(int kc, const float * x, size_t ldx, const float *
     }
 }
 
+// Elements [k0, k0 + n) of a weight row as f32: the row itself for f32, else converted into
+// `buf` (f16 by F16C, q8_0 block by block). k0 is a multiple of the block size.
+QT_AVX2 inline const float * weight_row(ggml_type type, const char * row, int64_t k0, int n, float * buf) {
+    if (type == GGML_TYPE_F32) {
+        return reinterpret_cast<const float *>(row) + k0;
+    }
+    if (type == GGML_TYPE_F16) {
+        const auto * h = reinterpret_cast<const uint16_t *>(row) + k0;
+        int k = 0;
+        for (; k + 8 <= n; k += 8) {
+            _mm256_store_ps(buf + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + k))));
+        }
+        for (; k < n; ++k) {
+            buf[k] = _cvtsh_ss(h[k]);
+        }
+        return buf;
+    }
+    // q8_0: blocks of a f16 scale and 32 int8 values (n is a multiple of 32)
+    constexpr int    qk = 32;
+    constexpr size_t block_bytes = sizeof(uint16_t) + qk;
+    const char *     b = row + size_t(k0 / qk) * block_bytes;
+    for (int k = 0; k < n; k += qk, b += block_bytes) {
+        uint16_t d16;
+        memcpy(&d16, b, sizeof(d16));
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16));
+        const auto * q = reinterpret_cast<const __m128i *>(b + sizeof(uint16_t));
+        const __m128i lo = _mm_loadu_si128(q);
+        const __m128i hi = _mm_loadu_si128(q + 1);
+        const __m128i parts[4] = { lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8) };
+        for (int p = 0; p < 4; ++p) {
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
+            _mm256_store_ps(buf + k + 8 * p, _mm256_mul_ps(v, d));
+        }
+    }
+    return buf;
+}
+
 // y (N, T, B) = W^T x (+ b) (+ r) per batch: x (K, T, B) with rows at any stride (overlapping
 // sliding windows included), W (K, N, Bw) f32 with B % Bw == 0 (batch i uses W batch
-// i / (B / Bw), as ggml_mul_mat broadcasts), optional b (N) and r (N, T, B) contiguous.
+// i / (B / Bw), as ggml_mul_mat broadcasts; f32, f16 or q8_0 rows), optional b (N) and r (N, T, B)
+// contiguous.
 // r may be y itself (accumulate in place).
 struct gemm_args {
     const ggml_tensor * x;
@@ -91,7 +131,6 @@ QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
     const int64_t N = g.w->ne[1];
     const int64_t group = B / g.w->ne[2];
     const size_t  ldx = g.x->nb[1] / sizeof(float);
-    const size_t  ldw = g.w->nb[1] / sizeof(float);
     const size_t  ldy = size_t(N);
     const bool    in_place = g.r && g.r->data == g.y->data;
 
@@ -100,6 +139,7 @@ QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
     int64_t       first = 0, last = 0;
     split_rows(B * n_chunks * n_panels, ith, nth, &first, &last);
     alignas(32) float wp[k_kc * k_nr];
+    alignas(32) float row_buf[k_kc];
     for (int64_t item = first; item < last; ++item) {
         const int64_t bi = item / (n_chunks * n_panels);
         const int64_t t0 = (item / n_panels % n_chunks) * k_tc;
@@ -107,7 +147,6 @@ QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
         const int64_t o0 = (item % n_panels) * k_nr;
         const int     nv = int(std::min<int64_t>(k_nr, N - o0));
         const float * xd = reinterpret_cast<const float *>(static_cast<const char *>(g.x->data) + bi * g.x->nb[2]);
-        const float * wd = reinterpret_cast<const float *>(static_cast<const char *>(g.w->data) + bi / group * g.w->nb[2]);
         float *       yd = reinterpret_cast<float *>(static_cast<char *>(g.y->data) + bi * g.y->nb[2]);
         const float * rd = g.r ? reinterpret_cast<const float *>(static_cast<const char *>(g.r->data) + bi * g.r->nb[2])
                                : nullptr;
@@ -132,9 +171,14 @@ QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
         for (int64_t kb = 0; kb < K; kb += k_kc) {
             const int kc = int(std::min<int64_t>(k_kc, K - kb));
             for (int j = 0; j < k_nr; ++j) {
-                const float * wr = wd + (o0 + std::min(j, nv - 1)) * ldw + kb;
+                const float * wr = nullptr;
+                if (j < nv) {
+                    const char * row = static_cast<const char *>(g.w->data) + bi / group * g.w->nb[2] +
+                                       (o0 + j) * g.w->nb[1];
+                    wr = weight_row(g.w->type, row, kb, kc, row_buf);
+                }
                 for (int k = 0; k < kc; ++k) {
-                    wp[k * k_nr + j] = j < nv ? wr[k] : 0.0f;
+                    wp[k * k_nr + j] = wr ? wr[k] : 0.0f;
                 }
             }
             for (int64_t t = t0; t < t1; t += k_mr) {
@@ -352,8 +396,14 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
     GGML_ASSERT(w->ne[0] == x->ne[0] && x->ne[2] % w->ne[2] == 0 && x->ne[3] == 1 && w->ne[3] == 1);
     GGML_ASSERT(!r || (r->ne[0] == w->ne[1] && r->ne[1] == x->ne[1] && r->ne[2] == x->ne[2]));
 #ifdef QT_X86
-    if (use_avx2() && w->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && w->nb[0] == sizeof(float) &&
-        x->nb[0] == sizeof(float) && (!b || ggml_is_contiguous(b)) && (!r || ggml_is_contiguous(r))) {
+    // f16 and q8_0 weights are converted while packing, which pays off once a panel serves a
+    // few frames; a matrix-vector product is bound by reading the weights, where ggml's
+    // quantized dot products read less.
+    const bool packable = w->type == GGML_TYPE_F32 ||
+                          ((w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_Q8_0) && x->ne[1] >= k_min_converted_frames);
+    if (use_avx2() && packable && x->type == GGML_TYPE_F32 && w->nb[0] == ggml_type_size(w->type) &&
+        x->nb[0] == sizeof(float) && (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b))) &&
+        (!r || ggml_is_contiguous(r))) {
         if (r && r_in_place) {
             ggml_tensor * args[] = { x, w, b };
             return ggml_custom_inplace(ctx, r, args, 3, gemm_acc_op, GGML_N_TASKS_MAX, nullptr);

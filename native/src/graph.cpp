@@ -237,14 +237,19 @@ ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_
         return dense(ctx, ggml_reshape_2d(ctx, w, c_in * K, c_out), sliding_windows(ctx, x, K, stride), b, residual,
                      true);
     }
-    ggml_tensor * y = residual;
-    for (int64_t k = 0; k < K; ++k) {
-        ggml_tensor * w_k = ggml_view_2d(ctx, w, c_in, c_out, w->nb[2], size_t(k) * w->nb[1]);
-        ggml_tensor * x_k = ggml_view_2d(ctx, x, c_in, t_out, size_t(stride) * x->nb[1],
-                                         size_t(k * dilation) * x->nb[1]);
-        y = dense(ctx, w_k, x_k, k == 0 ? b : nullptr, y, true);
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(ctx, x);
     }
-    return y;
+    // Dilated: gather the K taps of every output frame into one (K * C_in, T_out) matrix (a copy
+    // K times the input), so the product is one GEMM with a deep K instead of K shallow ones.
+    ggml_tensor * taps = ggml_view_2d(ctx, x, x->ne[0], x->ne[1], x->nb[1], 0);
+    taps->ne[1] = K;
+    taps->ne[2] = t_out;
+    taps->nb[1] = size_t(dilation) * x->nb[1];
+    taps->nb[2] = size_t(stride) * x->nb[1];
+    taps->nb[3] = taps->nb[2] * size_t(t_out);
+    ggml_tensor * cols = ggml_reshape_2d(ctx, ggml_cont(ctx, taps), c_in * K, t_out);
+    return dense(ctx, ggml_reshape_2d(ctx, w, c_in * K, c_out), cols, b, residual, true);
 }
 
 ggml_tensor * sliding_windows(ggml_context * ctx, ggml_tensor * x, int64_t k, int64_t stride) {

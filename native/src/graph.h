@@ -132,9 +132,9 @@ private:
 // contiguous even when x is a strided view (a channel slice, say).
 ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int left, int right, pad_mode mode);
 
-// Unpadded 1-D convolution: one matrix product over sliding windows of x (dilation 1), or one
-// per tap accumulated in place (dilated); no im2col buffer and no f16 rounding of the input
-// as in ggml_conv_1d. x = (C_in, T), w = (C_in, K, C_out) -> (C_out, (T - dilation (K - 1) - 1)
+// Unpadded 1-D convolution: one matrix product over sliding windows of x (dilation 1, no copy),
+// or over its gathered taps (dilated: an im2col copy, which one deep GEMM repays many times
+// over K shallow ones); no f16 rounding of the input as in ggml_conv_1d. x = (C_in, T), w = (C_in, K, C_out) -> (C_out, (T - dilation (K - 1) - 1)
 // / stride + 1). Adds b (C_out) and `residual` (C_out, T_out) when given; the residual's memory
 // becomes the output's, so it must have no other later use.
 ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
