@@ -313,7 +313,12 @@ def _choose_type(name: str, kind: str, shape: tuple[int, ...], weight_type: str)
             or name.startswith(("spk.", "cenc."))):
         return T.F32
     row = shape[-1]
-    for candidate in {"f16": ["f16"], "q8_0": ["q8_0", "f16"], "q4_k": ["q4_k", "q8_0", "f16"]}[weight_type]:
+    candidates = {"f16": ["f16"], "q8_0": ["q8_0", "f16"], "q4_k": ["q4_k", "q8_0", "f16"]}[weight_type]
+    if name.startswith("cdec."):
+        # The codec decoder is compute-bound convolutions: the engine's GEMM converts f16 and
+        # q8_0 weights on the fly but not k-quants, and its weights are a small share of the file.
+        candidates = [c for c in candidates if c != "q4_k"]
+    for candidate in candidates:
         qtype = {"f16": T.F16, "q8_0": T.Q8_0, "q4_k": T.Q4_K}[candidate]
         if row % _block_size(qtype) == 0:
             return qtype
