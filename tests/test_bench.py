@@ -319,6 +319,7 @@ def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypat
     # synthesis: the same engine calls (no more of them: see the talker runs above), the same reference run
     assert (tools / "reference_synthesis_timing.calls").read_text() == "call\n"
     assert list(rep["reference"]["load_s"]) == ["voice", "generation"]
+    assert rep["reference"]["same_run"] == {"synthesis": "generation"} and "0.2 s (generation, synthesis)" in out
     assert stages["f32:decode"]["vocable_runs_ms"] == [600.0] * 3 and stages["f32:decode"]["reference_ms"] == 490.0
     assert stages["f32:decode"]["speedup"] == pytest.approx(490 / 600, abs=1e-3)
     assert stages["f32:decode"]["targets"] == [{"what": "speedup_at_least", "value": 1.0, "met": False}]
@@ -552,5 +553,7 @@ def test_full_size_bench(capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     rep = last_json(out)
+    assert {s["key"] for s in rep["stages"]} >= {"f32:decode", "f32:first_audio", "q4_k:synthesis"}
     if rep["reference"]["status"] == "ok":
         assert rep["agreement"]["voice"]["speaker_embedding_cosine"] > 0.999
+        assert rep["agreement"]["synthesis"]["f32"]["cosine"] > 0.999   # both decoders on the engine's f32 codes

@@ -449,6 +449,8 @@ class PerTypeStages(StageGroup):
         self.frames = inp.frames
         self.types = list(inp.models) or [inp.main_type]
         res = GroupResult()
+        if "synthesis_runs" in inp.shared:
+            _say(f"engine: {self.name} stages from the same runs")
         runs = synthesis_runs(engine, inp)
         errors = []
         for wt, tr in runs.items():
@@ -909,7 +911,9 @@ def _print_report(rep: dict) -> None:
         print(f"  targets (issue 4): time to first audio < {TARGET_FIRST_AUDIO_MS:g} ms (x-vector, voice loaded), "
               f"codec decode faster than the reference, whole synthesis {rtf}")
     if ref["status"] == "ok":
-        loads = ", ".join(f"{v} s ({k})" for k, v in (ref.get("load_s") or {}).items())
+        shared = ref.get("same_run", {})
+        loads = ", ".join(f"{v} s ({', '.join([k] + [g for g, first in shared.items() if first == k])})"
+                          for k, v in (ref.get("load_s") or {}).items())
         print(f"  reference: {ref_note}, fp32, load {loads or '-'}")
     else:
         print(f"  reference {ref['status']}: {ref['reason']}")
@@ -1046,6 +1050,7 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
                     break
                 if id(r) in seen:
                     _say(f"reference: {g.name} stages from the same run as {seen[id(r)]}")
+                    ref.setdefault("same_run", {})[g.name] = seen[id(r)]
                     continue
                 seen[id(r)] = g.name
                 ref.update({k: r.extra[k] for k in ("package", "torch_threads") if k in r.extra})
