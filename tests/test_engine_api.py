@@ -327,3 +327,39 @@ def test_closed_engine_refuses_synthesis(converted, voice):
     engine.close()
     with pytest.raises(ValueError, match="closed"):
         engine.synthesize(TEXT, voice)
+
+
+def test_native_chunk_callback(engine, voice):
+    """_engine.Context.synthesize: on_chunk gets (first_frame, codes, pcm); False stops with
+    STATUS_CANCELLED; an exception in it comes out of synthesize() as itself; the CancelFlag
+    stops it from another thread."""
+    ctx = engine._ctx
+    ids = np.asarray(engine.tokenizer.target_prompt(TEXT).ids, dtype=np.int32)
+    greedy = {"temperature": 0.0}
+    seen = []
+    codes, pcm, eos = ctx.synthesize(ids, voice.speaker_embedding, None, None, "auto", greedy, greedy, 0, 7,
+                                     lambda f, c, p: seen.append((f, c.copy(), p.copy())))
+    assert [f for f, _, _ in seen] == [0, 1, 3] and not eos
+    np.testing.assert_array_equal(np.concatenate([c for _, c, _ in seen]), codes)
+    np.testing.assert_array_equal(np.concatenate([p for _, _, p in seen]), pcm)
+    assert pcm.dtype == np.float32 and pcm.shape == (7 * 1920,)
+
+    with pytest.raises(_engine.EngineError) as e:
+        ctx.synthesize(ids, voice.speaker_embedding, None, None, "auto", {}, {}, 0, 50, lambda f, c, p: f < 2)
+    assert e.value.args[1] == _engine.STATUS_CANCELLED
+
+    def boom(f, c, p):
+        raise KeyError("from the callback")
+    with pytest.raises(KeyError, match="from the callback"):
+        ctx.synthesize(ids, voice.speaker_embedding, None, None, "auto", {}, {}, 0, 50, boom)
+    with pytest.raises(TypeError):
+        ctx.synthesize(ids, voice.speaker_embedding, None, None, "auto", {}, {}, 0, 50, lambda f, c, p: "yes")
+
+    flag = _engine.CancelFlag()
+    timer = threading.Timer(0.05, flag.set)
+    timer.start()
+    with pytest.raises(_engine.EngineError) as e:
+        ctx.synthesize(ids, voice.speaker_embedding, None, None, "auto", {}, {}, 0, 8000, None, flag)
+    timer.join()
+    assert e.value.args[1] == _engine.STATUS_CANCELLED and flag.is_set()
+    assert ctx.synthesize(ids, voice.speaker_embedding, None, None, "auto", greedy, greedy, 0, 2)[0].shape == (2, 16)

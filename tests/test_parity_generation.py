@@ -23,7 +23,7 @@ def run(engine: Engine, variant: str, mode: str, **kw):
     m = manifest(variant)
     frames = reference(variant, f"{mode}_codes").shape[0]
     return engine.synthesize(m["text"], fixture_voice(variant, mode), language=m["language"], greedy=True,
-                             max_frames=frames, **kw)
+                             max_frames=frames, **kw).result()
 
 
 @pytest.fixture(scope="module", params=[(v, mode) for v in VARIANTS for mode in MODES],
@@ -98,20 +98,20 @@ def engine(converted):
 
 def test_seed_reproduces_a_sampled_run(engine):
     voice = fixture_voice("0.6b", "xvec")
-    a = engine.synthesize("Hello world, this is a test.", voice, seed=1234, max_frames=12)
-    b = engine.synthesize("Hello world, this is a test.", voice, seed=1234, max_frames=12)
-    c = engine.synthesize("Hello world, this is a test.", voice, seed=99, max_frames=12)
+    a = engine.synthesize("Hello world, this is a test.", voice, seed=1234, max_frames=12).result()
+    b = engine.synthesize("Hello world, this is a test.", voice, seed=1234, max_frames=12).result()
+    c = engine.synthesize("Hello world, this is a test.", voice, seed=99, max_frames=12).result()
     np.testing.assert_array_equal(a.codes, b.codes)
     assert not np.array_equal(a.codes, c.codes)
     assert a.seed == 1234
-    d = engine.synthesize("Hello world, this is a test.", voice, max_frames=4)
+    d = engine.synthesize("Hello world, this is a test.", voice, max_frames=4).result()
     assert isinstance(d.seed, int)
 
 
 def test_default_frame_cap_follows_text_length(engine):
     from vocable import _engine
     voice = fixture_voice("0.6b", "xvec")
-    result = engine.synthesize("Hello.", voice, greedy=True)
+    result = engine.synthesize("Hello.", voice, greedy=True).result()
     n_ids = len(engine.tokenizer.target_prompt("Hello.").ids)
     assert result.codes.shape[0] == _engine.default_max_frames(n_ids)
     assert not result.reached_eos
@@ -122,31 +122,29 @@ def test_cancel_from_another_thread(engine):
     timer = threading.Timer(0.05, engine.cancel)
     timer.start()
     with pytest.raises(SynthesisCancelled):
-        engine.synthesize("Hello world, this is a test.", voice, max_frames=8192)
+        engine.synthesize("Hello world, this is a test.", voice, max_frames=8192).result()
     timer.join()
     # the context stays usable
-    assert engine.synthesize("Hello.", voice, greedy=True, max_frames=3).codes.shape == (3, 16)
+    assert engine.synthesize("Hello.", voice, greedy=True, max_frames=3).result().codes.shape == (3, 16)
 
 
 def test_frames_arrive_as_generated(engine):
     voice = fixture_voice("0.6b", "xvec")
-    seen = []
-    result = engine.synthesize("Hello world.", voice, greedy=True, max_frames=6,
-                               on_frame=lambda i, codes: seen.append((i, codes.copy())))
-    assert [i for i, _ in seen] == list(range(6))
-    np.testing.assert_array_equal(np.concatenate([c for _, c in seen]), result.codes)
+    with engine.synthesize("Hello world.", voice, greedy=True, max_frames=6) as stream:
+        chunks = list(stream.chunks())
+        result = stream.result()
+    assert [c.first_frame for c in chunks] == [0, 1, 3]  # 1, 2, then the 3 left
+    np.testing.assert_array_equal(np.concatenate([c.codes for c in chunks]), result.codes)
 
 
-def test_frame_callback_can_stop(engine):
+def test_consumer_can_stop(engine):
     voice = fixture_voice("0.6b", "xvec")
     with pytest.raises(SynthesisCancelled):
-        engine.synthesize("Hello world.", voice, max_frames=50, on_frame=lambda i, codes: i < 3)
-
-    def boom(i, codes):
-        raise KeyError("from the callback")
-    with pytest.raises(KeyError, match="from the callback"):
-        engine.synthesize("Hello world.", voice, max_frames=50, on_frame=boom)
-    assert engine.synthesize("Hello.", voice, greedy=True, max_frames=2).codes.shape == (2, 16)
+        with engine.synthesize("Hello world.", voice, max_frames=50) as stream:
+            for chunk in stream.chunks():
+                if chunk.first_frame >= 3:
+                    stream.cancel()
+    assert engine.synthesize("Hello.", voice, greedy=True, max_frames=2).result().codes.shape == (2, 16)
 
 
 def test_errors(engine):

@@ -121,6 +121,44 @@ def _raised_cosine(n: int) -> np.ndarray:
     return (0.5 - 0.5 * np.cos(np.pi * (np.arange(n) + 0.5) / n)).astype(np.float32)
 
 
+class _SegmentJoiner:
+    """Joins the streamed audio of consecutive segments without a click: each segment after the
+    first fades in over `fade` samples, each before the last fades out over its last `fade`
+    samples. A segment's end is known only when its request returns, so while it streams its
+    last `fade` samples are held back (a 5 ms delay) and released with the next chunk, or faded
+    at the end. Lengths are kept: the joined audio has exactly the samples of the segments."""
+
+    def __init__(self, n_segments: int, fade: int):
+        self._n, self._fade = n_segments, fade
+        self._index = -1
+        self._held = np.zeros(0, dtype=np.float32)
+        self._position = 0  # samples fed of the current segment
+
+    def begin(self, index: int) -> None:
+        self._index, self._position = index, 0
+        self._held = np.zeros(0, dtype=np.float32)
+
+    def feed(self, pcm: np.ndarray) -> np.ndarray:
+        """The audio to hand over now for this chunk of the current segment."""
+        pcm = np.asarray(pcm, dtype=np.float32)
+        if self._index > 0 and self._position < self._fade:
+            pcm = pcm.copy()
+            n = min(self._fade - self._position, pcm.size)
+            pcm[:n] *= _raised_cosine(self._fade)[self._position:self._position + n]
+        self._position += pcm.size
+        if self._index == self._n - 1:
+            return pcm
+        joined = np.concatenate([self._held, pcm])
+        keep = min(self._fade, joined.size)
+        self._held = joined[joined.size - keep:].copy()
+        return joined[:joined.size - keep]
+
+    def end(self) -> np.ndarray:
+        """The rest of the current segment once it has ended: its tail, faded out."""
+        tail, self._held = self._held, np.zeros(0, dtype=np.float32)
+        return tail * _raised_cosine(self._fade)[::-1][self._fade - tail.size:] if tail.size else tail
+
+
 _live: "weakref.WeakSet[Synthesis]" = weakref.WeakSet()
 
 
@@ -246,10 +284,10 @@ class Synthesis:
     # -- the engine thread ----------------------------------------------------------------------
 
     def _emit(self, audio: np.ndarray, codes: np.ndarray, first_frame: int, segment: int) -> None:
-        if audio.size == 0:
+        if audio.size == 0 and codes.shape[0] == 0:
             return
         with self._cond:
-            if self._first_audio is None:
+            if self._first_audio is None and audio.size:
                 self._first_audio = time.perf_counter()
             self._chunks.append(AudioChunk(audio, self._samples, codes, first_frame, segment))
             self._samples += audio.size
@@ -259,7 +297,7 @@ class Synthesis:
         engine = self._engine
         codes_all: list[np.ndarray] = []
         eos_all = True
-        last = len(self._segments) - 1
+        joiner = _SegmentJoiner(len(self._segments), self._fade)
         try:
             with engine._lock:
                 engine._active = self
@@ -270,22 +308,13 @@ class Synthesis:
                             raise SynthesisCancelled("synthesis cancelled")
                         with self._cond:
                             self._segment = i
-                        held = np.zeros(0, dtype=np.float32)  # a segment's tail, kept for its fade-out
-                        first_chunk = True
+                        joiner.begin(i)
 
                         def on_chunk(first_frame: int, codes: np.ndarray, pcm: np.ndarray,
                                      i=i, frames_before=frames_before) -> bool:
-                            nonlocal held, first_chunk
-                            if i > 0 and first_chunk:  # fade in after the previous segment
-                                n = min(self._fade, pcm.size)
-                                pcm[:n] *= _raised_cosine(n)
-                            first_chunk = False
-                            if i < last:
-                                pcm = np.concatenate([held, pcm])
-                                held, pcm = pcm[-self._fade:].copy(), pcm[:-self._fade]
                             with self._cond:
                                 self._frames = frames_before + first_frame + codes.shape[0]
-                            self._emit(pcm, codes, frames_before + first_frame, i)
+                            self._emit(joiner.feed(pcm), codes, frames_before + first_frame, i)
                             return not self._cancel_flag.is_set()
 
                         try:
@@ -297,9 +326,7 @@ class Synthesis:
                             if e.args[1] == _engine.STATUS_CANCELLED:
                                 raise SynthesisCancelled("synthesis cancelled") from None
                             raise VocableError(f"cannot synthesize: {e.args[0]}") from None
-                        if held.size:  # fade out before the next segment
-                            held *= _raised_cosine(held.size)[::-1]
-                            self._emit(held, codes[:0], frames_before + codes.shape[0], i)
+                        self._emit(joiner.end(), codes[:0], frames_before + codes.shape[0], i)
                         codes_all.append(codes)
                         eos_all = eos_all and bool(eos)
                         frames_before += codes.shape[0]
