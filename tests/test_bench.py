@@ -353,12 +353,11 @@ def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypat
 
 
 class CodesOnlyEngine(FakeEngine):
-    """An engine from before the codec decoder: codes, no audio, no audio [Perf] lines."""
+    """An engine whose synthesis decodes nothing: codes, empty audio."""
     def synthesize(self, *a, **kw):
-        import logging
         result = super().synthesize(*a, **kw).result()
-        logging.getLogger("vocable.engine").info("(no audio)")
-        return SimpleNamespace(**{k: v for k, v in vars(result).items() if k != "audio"})
+        result.audio = np.zeros(0, dtype=np.float32)
+        return FakeStream(result, 1)
 
 
 def test_run_bench_engine_without_audio(small_model, tmp_path, monkeypatch, capsys):

@@ -403,21 +403,18 @@ def synthesis_runs(engine, inp: BenchInput) -> dict[str, TypeRuns]:
 
 
 def _synthesize(eng, voice, frames: int) -> SynthesisCall:
-    """One greedy synthesis, timed. A stream (the engine's Python API since streaming synthesis)
-    is consumed chunk by chunk, as a player would; a plain result is taken as it is."""
+    """One greedy synthesis, timed: the stream is consumed chunk by chunk, as a player would."""
     with engine_perf_lines() as lines:
         t0 = time.perf_counter()
-        out = eng.synthesize(GEN_TEXT, voice, GEN_LANGUAGE, greedy=True, max_frames=frames)
         first, chunks = None, 0
-        if hasattr(out, "result"):
-            with out:
-                for _ in out:
-                    if first is None:
-                        first = 1e3 * (time.perf_counter() - t0)
-                    chunks += 1
-                out = out.result()
+        with eng.synthesize(GEN_TEXT, voice, GEN_LANGUAGE, greedy=True, max_frames=frames) as stream:
+            for _ in stream:
+                if first is None:
+                    first = 1e3 * (time.perf_counter() - t0)
+                chunks += 1
+            result = stream.result()
         wall = 1e3 * (time.perf_counter() - t0)
-    return SynthesisCall(out, list(lines), wall, first, chunks)
+    return SynthesisCall(result, list(lines), wall, first, chunks)
 
 
 def _temp_file(inp: BenchInput, stem: str, suffix: str) -> Path:
@@ -619,18 +616,17 @@ class SynthesisStages(PerTypeStages):
 
     def figures(self, wt: str, tr: TypeRuns, res: GroupResult, info: dict) -> None:
         first = tr.calls[0].result
-        audio = getattr(first, "audio", None)
-        if audio is None:
-            raise VocableError("the engine returned no audio (a build from before the codec decoder?)")
+        audio = np.asarray(first.audio, dtype=np.float32)
+        if not audio.size:
+            raise VocableError("the engine returned no audio")
         runs = {k: [] for k, _, _ in self.ROWS}
         for i, call in enumerate(tr.calls):
             decode, frames, chunks = _perf_value(call.lines, self._DECODE)
             first_audio, = _perf_value(call.lines, self._FIRST_AUDIO)
             audio_s, _, rtf = _perf_value(call.lines, self._SYNTHESIS)
             if i == 0:   # warm-up: its audio is the output (greedy: every run gives the same)
-                res.outputs[f"{wt}:audio"] = np.asarray(audio, dtype=np.float32)
-                info.update(frames=int(frames), engine_chunks=int(chunks), audio_s=audio_s,
-                            samples=int(np.asarray(audio).size),
+                res.outputs[f"{wt}:audio"] = audio
+                info.update(frames=int(frames), engine_chunks=int(chunks), audio_s=audio_s, samples=int(audio.size),
                             samples_expected=int(first.codes.shape[0]) * SAMPLES_PER_FRAME)
                 continue
             runs["decode"].append(decode)
