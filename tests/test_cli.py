@@ -19,7 +19,7 @@ def vocable(*args, env=None, timeout=300):
 def test_help_lists_commands(cli_env):
     proc = vocable("--help", env=cli_env)
     assert proc.returncode == 0
-    for cmd in ("convert", "embed", "bench"):
+    for cmd in ("convert", "embed", "say", "bench"):
         assert cmd in proc.stdout
 
 
@@ -74,3 +74,130 @@ def test_errors_are_clear(tmp_path, cli_env, converted, case):
     assert expected in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "v").exists()
+
+
+# -- vocable say -----------------------------------------------------------------------------------
+
+REF = fixture_dir("0.6b") / "reference" / "ref_24k.wav"
+
+
+def say(model, *args, env, timeout=300):
+    return vocable("say", "--model", model, *args, env=env, timeout=timeout)
+
+
+def test_say_writes_audio(tmp_path, cli_env, converted):
+    import soundfile as sf
+    out = tmp_path / "hello.wav"
+    proc = say(converted("0.6b", "f32"), "--ref", REF, "--ref-text", "Okay. Yeah.", "--text", "Hello world.",
+               "--max-frames", "9", "--seed", "5", "--out", out, env=cli_env)
+    assert proc.returncode == 0, proc.stderr
+    info = sf.info(str(out))
+    assert info.samplerate == 24000 and info.channels == 1 and info.frames == 9 * 1920
+    assert "s of audio at 24000 Hz" in proc.stderr and "real-time factor" in proc.stderr
+    assert "first audio after" in proc.stderr and "in-context" in proc.stderr and "seed 5" in proc.stderr
+    # the same seed gives the same file
+    again = tmp_path / "again.wav"
+    proc = say(converted("0.6b", "f32"), "--ref", REF, "--ref-text", "Okay. Yeah.", "--text", "Hello world.",
+               "--max-frames", "9", "--seed", "5", "--out", again, env=cli_env)
+    assert proc.returncode == 0, proc.stderr
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_say_with_voice_file_and_text_file(tmp_path, cli_env, converted):
+    import soundfile as sf
+    model = converted("0.6b", "f32")
+    voice = tmp_path / "v.voice"
+    assert vocable("embed", "--model", model, "--ref", REF, "--out", voice, env=cli_env).returncode == 0
+    text = tmp_path / "text.txt"
+    paragraphs = [" ".join(f"Paragraph {p} sentence {i} has some words in it." for i in range(6)) for p in range(3)]
+    text.write_text("\n\n".join(paragraphs), encoding="utf-8")
+    out = tmp_path / "long.flac"
+    proc = say(model, "--voice", voice, "--text-file", text, "--greedy", "--max-frames", "3", "--language", "English",
+               "--out", out, env=cli_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "x-vector" in proc.stderr and "3 segments" in proc.stderr
+    data, rate = sf.read(str(out))
+    assert rate == 24000 and data.shape == (3 * 3 * 1920,)
+
+
+def test_say_play_without_audio_device(tmp_path, cli_env, converted):
+    """--play where PortAudio finds no output device: a clear message, and the file anyway."""
+    env = dict(cli_env, PULSE_SERVER="unix:/nonexistent/pulse")
+    env.pop("XDG_RUNTIME_DIR", None)
+    out = tmp_path / "o.wav"
+    proc = say(converted("0.6b", "f32"), "--ref", REF, "--text", "Hello.", "--max-frames", "4", "--out", out,
+               "--play", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot play audio: no audio output device was found" in proc.stderr
+    assert f"writing {out} only" in proc.stderr
+    assert out.exists() and "Traceback" not in proc.stderr
+
+
+def test_say_progress_on_a_terminal(tmp_path, cli_env, converted):
+    """On a terminal the progress is one line rewritten in place."""
+    import os
+    import pty
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "vocable", "say", "--model", str(converted("0.6b", "f32")),
+                             "--ref", str(REF), "--text", "Hello world, this is a test.", "--max-frames", "150",
+                             "--out", str(tmp_path / "o.wav")], stdout=subprocess.DEVNULL, stderr=slave, env=cli_env)
+    os.close(slave)
+    data = b""
+    while True:
+        try:
+            block = os.read(master, 4096)
+        except OSError:  # the child closed its end
+            break
+        if not block:
+            break
+        data += block
+    assert proc.wait(300) == 0, data.decode(errors="replace")
+    os.close(master)
+    text = data.decode()
+    assert "\rspeaking:" in text and "s of audio" in text and "real-time factor" in text
+    assert "o.wav: 12.00 s of audio" in text
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("empty-text", "the text is empty"),
+    ("empty-text-file", "holds none"),
+    ("missing-text-file", "text file not found"),
+    ("missing-voice", "voice file not found"),
+    ("bad-voice", "not a readable voice file"),
+    ("bad-ref", "not a readable audio file"),
+    ("language", "unknown language 'klingon'"),
+    ("out-type", "unknown audio file type '.mp4'"),
+    ("out-folder", "does not exist"),
+    ("missing-model", "model file not found"),
+])
+def test_say_errors_are_clear(tmp_path, cli_env, converted, case, expected):
+    model, out = converted("0.6b", "f32"), tmp_path / "o.wav"
+    args = ["--ref", REF, "--text", "Hello."]
+    if case == "empty-text":
+        args = ["--ref", REF, "--text", "  \n"]
+    elif case == "empty-text-file":
+        (tmp_path / "t.txt").write_text("\n\n")
+        args = ["--ref", REF, "--text-file", tmp_path / "t.txt"]
+    elif case == "missing-text-file":
+        args = ["--ref", REF, "--text-file", tmp_path / "none.txt"]
+    elif case == "missing-voice":
+        args = ["--voice", tmp_path / "none.voice", "--text", "Hello."]
+    elif case == "bad-voice":
+        (tmp_path / "bad.voice").write_text("not a voice")
+        args = ["--voice", tmp_path / "bad.voice", "--text", "Hello."]
+    elif case == "bad-ref":
+        (tmp_path / "bad.wav").write_text("not audio")
+        args = ["--ref", tmp_path / "bad.wav", "--text", "Hello."]
+    elif case == "language":
+        args += ["--language", "klingon"]
+    elif case == "out-type":
+        out = tmp_path / "o.mp4"
+    elif case == "out-folder":
+        out = tmp_path / "none" / "o.wav"
+    elif case == "missing-model":
+        model = tmp_path / "none.gguf"
+    proc = say(model, *args, "--out", out, env=cli_env)
+    assert proc.returncode == 1, proc.stderr
+    assert expected in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()

@@ -95,14 +95,15 @@ class _ProgressLine:
         return "speaking: " + ", ".join(parts)
 
     def _loop(self):
-        period = 0.2 if self._tty else 5.0
-        while not self._stop.wait(period):
-            text = self.describe(self._stream.progress)
-            if self._tty:
+        if self._tty:  # at once, then five times a second
+            while True:
+                text = self.describe(self._stream.progress)
                 self._width = max(self._width, len(text))
                 print("\r" + text.ljust(self._width), end="", file=self._out, flush=True)
-            else:
-                print(text, file=self._out, flush=True)
+                if self._stop.wait(0.2):
+                    return
+        while not self._stop.wait(5.0):
+            print(self.describe(self._stream.progress), file=self._out, flush=True)
 
 
 def _cmd_say(args) -> int:
