@@ -56,7 +56,7 @@ def test_generation_perf_lines(converted, caplog):
             engine.synthesize("Hello world.", voice, greedy=True, max_frames=5).result()
     text = "\n".join(r.getMessage() for r in caplog.records if r.name == "vocable.engine")
     for part in ("[Perf] prompt build", "prefill", "time to first frame", "talker", "ms/frame", "code predictor",
-                 "[Perf] synthesis", "real-time factor", "first audio after"):
+                 "[Perf] stream", "real-time factor", "first audio after"):
         assert part in text
 
 
