@@ -14,7 +14,8 @@ import pytest
 
 from conftest import REPO, VARIANTS, fixture_dir, manifest
 from vocable.errors import ModelError, VocableError
-from vocable.text import ROLE, SpecialIds, TextError, TextTokenizer
+from vocable.text import (MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, ROLE, SpecialIds, TextError, TextTokenizer,
+                          speech_units, split_for_synthesis, split_sentences)
 
 TOKENS = REPO / "tests" / "fixtures" / "tokens"
 VOCABS = ("tiny", "qwen")
@@ -267,8 +268,6 @@ def test_expectations_regenerate_identically(tmp_path):
 
 
 # -- long text: sentences and synthesis segments ---------------------------------------------------
-
-from vocable.text import MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, speech_units, split_for_synthesis, split_sentences  # noqa: E402
 
 
 @pytest.mark.parametrize("text,sentences", [

@@ -313,7 +313,8 @@ MIN_SEGMENT_UNITS = 16
 _SPACED_TERMINALS = ".!?\u2026\u0964\u0965\u061f\u06d4\u0589\u1362"  # . ! ? … । ॥ ؟ ۔ ։ ።
 # Sentence ends of unspaced scripts (CJK): a boundary wherever they stand.
 _CJK_TERMINALS = "\u3002\uff01\uff1f\uff61\uff0e"  # 。！？｡．
-_CLOSERS = "\"')]}\u00bb\u2019\u201d\u300d\u300f\u3011\u3009\u300b\uff09\uff3d\u203a"  # " ' ) ] } » ’ ” 」 』 】 〉 》 ） ］ ›
+# closing quotes and brackets: " ' ) ] } » ’ ” 」 』 】 〉 》 ） ］ ›
+_CLOSERS = "\"')]}\u00bb\u2019\u201d\u300d\u300f\u3011\u3009\u300b\uff09\uff3d\u203a"
 _OPENERS = "\"'([{\u00ab\u2018\u201c\u300c\u300e\u3010\u3008\u300a\uff08\uff3b\u2039"
 # Clause punctuation where an over-long sentence may be cut (spaced forms need a space after).
 _SPACED_CLAUSE = ",;:\u2014\u2013"  # , ; : — –
