@@ -36,6 +36,7 @@ constexpr int k_mr = 6;    // output frames per register tile
 constexpr int k_nr = 16;   // output channels per register tile (two 8-float vectors)
 constexpr int k_kc = 256;  // depth of a packed weight panel (16 KiB)
 constexpr int k_tc = 96;   // output frames per work item (its tiles stay in L1)
+constexpr int k_group_panels = 8;  // panels of one work item (128 outputs)
 constexpr int k_min_converted_frames = 8;
 
 // y[i][0..nv) += x[i] . wp over kc for MR frames; x rows at stride ldx, wp packed [kc][16].
@@ -111,6 +112,44 @@ QT_AVX2 inline const float * weight_row(ggml_type type, const char * row, int64_
     return buf;
 }
 
+alignas(32) const float k_zero_row[k_kc] = {};
+
+// wp[k][j] = rows[j][k] for k < kc, j < 16: 8 x 8 blocks transposed in registers (a scalar
+// scatter of the panel costs as much as the products when a panel serves only a few frames).
+QT_AVX2 inline void pack_panel(const float * const rows[k_nr], int kc, float * wp) {
+    int k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        for (int jb = 0; jb < k_nr; jb += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; ++i) {
+                r[i] = _mm256_loadu_ps(rows[jb + i] + k);
+            }
+            const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float * out = wp + k * k_nr + jb;
+            _mm256_store_ps(out + 0 * k_nr, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_store_ps(out + 1 * k_nr, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_store_ps(out + 2 * k_nr, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_store_ps(out + 3 * k_nr, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_store_ps(out + 4 * k_nr, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_store_ps(out + 5 * k_nr, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_store_ps(out + 6 * k_nr, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_store_ps(out + 7 * k_nr, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+    }
+    for (; k < kc; ++k) {
+        for (int j = 0; j < k_nr; ++j) {
+            wp[k * k_nr + j] = rows[j][k];
+        }
+    }
+}
+
 // y (N, T, B) = W^T x (+ b) (+ r) per batch: x (K, T, B) with rows at any stride (overlapping
 // sliding windows included), W (K, N, Bw) f32 with B % Bw == 0 (batch i uses W batch
 // i / (B / Bw), as ggml_mul_mat broadcasts; f32, f16 or q8_0 rows), optional b (N) and r (N, T, B)
@@ -136,61 +175,71 @@ QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
 
     const int64_t n_panels = (N + k_nr - 1) / k_nr;
     const int64_t n_chunks = (T + k_tc - 1) / k_tc;
+    // A work item is a block of frames times a group of panels; its depth loop packs each
+    // panel in turn against the same x block, which then stays in L2 (one panel per item would
+    // read the whole x block from L3 once per panel). Groups shrink until every thread gets a
+    // few items.
+    const int64_t per_group =
+        std::max<int64_t>(1, std::min<int64_t>(k_group_panels, B * n_chunks * n_panels / (4 * int64_t(nth))));
+    const int64_t n_groups = (n_panels + per_group - 1) / per_group;
     int64_t       first = 0, last = 0;
-    split_rows(B * n_chunks * n_panels, ith, nth, &first, &last);
+    split_rows(B * n_chunks * n_groups, ith, nth, &first, &last);
     alignas(32) float wp[k_kc * k_nr];
-    alignas(32) float row_buf[k_kc];
+    alignas(32) float row_buf[k_nr * k_kc];
     for (int64_t item = first; item < last; ++item) {
-        const int64_t bi = item / (n_chunks * n_panels);
-        const int64_t t0 = (item / n_panels % n_chunks) * k_tc;
+        const int64_t bi = item / (n_chunks * n_groups);
+        const int64_t t0 = (item / n_groups % n_chunks) * k_tc;
         const int64_t t1 = std::min(T, t0 + k_tc);
-        const int64_t o0 = (item % n_panels) * k_nr;
-        const int     nv = int(std::min<int64_t>(k_nr, N - o0));
+        const int64_t g0 = (item % n_groups) * per_group * k_nr;              // first output of the group
+        const int64_t g1 = std::min(N, g0 + per_group * k_nr);
         const float * xd = reinterpret_cast<const float *>(static_cast<const char *>(g.x->data) + bi * g.x->nb[2]);
         float *       yd = reinterpret_cast<float *>(static_cast<char *>(g.y->data) + bi * g.y->nb[2]);
         const float * rd = g.r ? reinterpret_cast<const float *>(static_cast<const char *>(g.r->data) + bi * g.r->nb[2])
                                : nullptr;
+        const size_t  width = size_t(g1 - g0);
         // start from bias + residual; separate loops, as a vectorised select of a null pointer
         // becomes a masked load from address 0, which AMD CPUs serve very slowly
-        const float * br = g.b ? static_cast<const float *>(g.b->data) + o0 : nullptr;
+        const float * br = g.b ? static_cast<const float *>(g.b->data) + g0 : nullptr;
         for (int64_t t = t0; t < t1; ++t) {
-            float * yr = yd + t * ldy + o0;
+            float * yr = yd + t * ldy + g0;
             if (!in_place) {
                 if (rd) {
-                    memcpy(yr, rd + t * ldy + o0, size_t(nv) * sizeof(float));
+                    memcpy(yr, rd + t * ldy + g0, width * sizeof(float));
                 } else {
-                    memset(yr, 0, size_t(nv) * sizeof(float));
+                    memset(yr, 0, width * sizeof(float));
                 }
             }
             if (br) {
-                for (int j = 0; j < nv; ++j) {
+                for (size_t j = 0; j < width; ++j) {
                     yr[j] += br[j];
                 }
             }
         }
         for (int64_t kb = 0; kb < K; kb += k_kc) {
             const int kc = int(std::min<int64_t>(k_kc, K - kb));
-            for (int j = 0; j < k_nr; ++j) {
-                const float * wr = nullptr;
-                if (j < nv) {
-                    const char * row = static_cast<const char *>(g.w->data) + bi / group * g.w->nb[2] +
-                                       (o0 + j) * g.w->nb[1];
-                    wr = weight_row(g.w->type, row, kb, kc, row_buf);
+            for (int64_t o0 = g0; o0 < g1; o0 += k_nr) {
+                const int     nv = int(std::min<int64_t>(k_nr, N - o0));
+                const float * rows[k_nr];
+                for (int j = 0; j < k_nr; ++j) {
+                    rows[j] = k_zero_row;
+                    if (j < nv) {
+                        const char * row = static_cast<const char *>(g.w->data) + bi / group * g.w->nb[2] +
+                                           (o0 + j) * g.w->nb[1];
+                        rows[j] = weight_row(g.w->type, row, kb, kc, row_buf + j * k_kc);
+                    }
                 }
-                for (int k = 0; k < kc; ++k) {
-                    wp[k * k_nr + j] = wr ? wr[k] : 0.0f;
-                }
-            }
-            for (int64_t t = t0; t < t1; t += k_mr) {
-                const float * xt = xd + t * ldx + kb;
-                float *       yt = yd + t * ldy + o0;
-                switch (std::min<int64_t>(k_mr, t1 - t)) {
-                    case 6: gemm_tile<6>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                    case 5: gemm_tile<5>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                    case 4: gemm_tile<4>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                    case 3: gemm_tile<3>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                    case 2: gemm_tile<2>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                    default: gemm_tile<1>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                pack_panel(rows, kc, wp);
+                for (int64_t t = t0; t < t1; t += k_mr) {
+                    const float * xt = xd + t * ldx + kb;
+                    float *       yt = yd + t * ldy + o0;
+                    switch (std::min<int64_t>(k_mr, t1 - t)) {
+                        case 6: gemm_tile<6>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                        case 5: gemm_tile<5>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                        case 4: gemm_tile<4>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                        case 3: gemm_tile<3>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                        case 2: gemm_tile<2>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                        default: gemm_tile<1>(kc, xt, ldx, wp, yt, ldy, nv); break;
+                    }
                 }
             }
         }
