@@ -322,7 +322,9 @@ codec_stream::codec_stream(const codec_decoder & decoder) : dec_(decoder) {
 
 std::vector<float> codec_stream::decode(const cpu_backend & backend, const stage_dumper & dumper,
                                         const int32_t * codes, int64_t n_frames) {
-    return run(backend, frames_ == 0 ? dumper : no_dumps(), codes, n_frames, true);
+    const bool first = !decoded_audio_;
+    decoded_audio_ = true;
+    return run(backend, first ? dumper : no_dumps(), codes, n_frames, true);
 }
 
 void codec_stream::prime(const cpu_backend & backend, const int32_t * codes, int64_t n_frames) {

@@ -50,7 +50,7 @@ public:
     int64_t frames() const { return frames_; }
 
     // Decodes the next n_frames frames ([n_frames * n_quantizers], frame-major) and returns their
-    // n_frames * frame_samples samples. Dumps the stages of the stream's first chunk.
+    // n_frames * frame_samples samples. Dumps the stages of the stream's first decoded chunk.
     std::vector<float> decode(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
                               int64_t n_frames);
 
@@ -66,6 +66,7 @@ private:
 
     const codec_decoder &           dec_;
     int64_t                         frames_ = 0;
+    bool                            decoded_audio_ = false;
     int64_t                         n_cached_ = 0;     // frames in each layer's key/value cache
     std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer: (head_dim * kv_heads, n_cached_)
     std::vector<std::vector<float>> history_;          // per causal conv: its last inputs (C, P)
