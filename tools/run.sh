@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv and runs Vocable. Until the desktop app lands this is the command-line flow on
-# the bundled tiny test model: convert it, then clone the voice of the bundled reference clip.
+# the bundled tiny test model: convert it, clone the voice of the bundled reference clip, and
+# speak a sentence in it (random tiny weights: the audio is noise, the flow is the real one).
 # With arguments, runs `vocable ARGS...` instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,3 +16,5 @@ mkdir -p "$out"
 "$vocable" -v embed --model "$out/tiny-q8_0.gguf" --ref tests/fixtures/tiny-0.6b/reference/ref_24k.wav \
     --ref-text "Okay. Yeah. I resent you. I love you. I respect you." --out "$out/demo.voice"
 echo "voice written to $out/demo.voice"
+"$vocable" say --model "$out/tiny-q8_0.gguf" --voice "$out/demo.voice" \
+    --text "Hello from Vocable. This sentence streams as it is generated." --out "$out/demo.wav" --play

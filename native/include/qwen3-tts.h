@@ -133,8 +133,9 @@ typedef struct qt_sampling {
     float   repetition_penalty; /* over previously generated code0 ids; 1: off (talker only) */
 } qt_sampling;
 
-/* Polled once per generated frame; return true to cancel (qt_synthesize then returns
- * QT_STATUS_CANCELLED). */
+/* Polled once per generated frame and between the steps of every computation (so a long
+ * decode stops early too), on the thread that called qt_synthesize; keep it cheap. Return true
+ * to cancel (qt_synthesize then returns QT_STATUS_CANCELLED). */
 typedef bool (*qt_cancel_callback)(void * user_data);
 
 /* What qt_tts_params.chunk_callback receives while generating: new frames and their audio.
