@@ -1,6 +1,7 @@
 """Reading audio files and preparing reference clips (no Qt, no engine)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from .errors import AudioError
 ENGINE_RATE = 24000
 MIN_REFERENCE_SECONDS = 1.0
 MAX_REFERENCE_SECONDS = 60.0
+# Output files by extension: soundfile format and subtype.
+FILE_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS"),
+                ".mp3": ("MP3", "MPEG_LAYER_III")}
 
 
 def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
@@ -33,6 +37,51 @@ def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     if data.shape[0] == 0:
         raise AudioError(f"{path.name} contains no audio samples")
     return data, int(rate)
+
+
+def write_audio(path: str | os.PathLike, samples: np.ndarray, sample_rate: int, subtype: str | None = None) -> Path:
+    """Writes audio (float [n] mono or [n, channels], in -1..1) as WAV or FLAC (16 bit), OGG
+    Vorbis or MP3, by the file extension; atomically (a temporary file renamed into place).
+    `subtype` overrides the format's default sample encoding (say "PCM_24" for FLAC).
+    MP3 needs libsndfile 1.1 or newer; without it this raises an AudioError that says so."""
+    import soundfile as sf
+
+    from .paths import atomic_writer
+
+    path = Path(path)
+    fmt, default_subtype = _file_format(path)
+    x = np.asarray(samples)
+    if x.ndim not in (1, 2) or x.size == 0:
+        raise AudioError(f"cannot write {path.name}: no audio (shape {list(x.shape)})")
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise AudioError(f"cannot write {path.name}: audio samples must be numbers, got {x.dtype}")
+    x = x.astype(np.float32, copy=False)
+    if not np.all(np.isfinite(x)):
+        raise AudioError(f"cannot write {path.name}: the audio has NaN or infinite samples")
+    if not (isinstance(sample_rate, (int, np.integer)) and 1000 <= int(sample_rate) <= 768000):
+        raise AudioError(f"cannot write {path.name}: unsupported sample rate {sample_rate!r} Hz")
+    if fmt not in sf.available_formats():
+        raise AudioError(f"cannot write {path.name}: this libsndfile ({sf.__libsndfile_version__}) cannot write "
+                         f"{fmt} files (MP3 needs libsndfile 1.1 or newer); save as WAV, FLAC or OGG instead")
+    x = np.clip(x, -1.0, 1.0)  # integer and lossy encoders would wrap or distort beyond full scale
+    try:
+        with atomic_writer(path) as tmp:
+            sf.write(str(tmp), x, int(sample_rate), format=fmt, subtype=subtype or default_subtype)
+    except (OSError, sf.LibsndfileError, RuntimeError, ValueError, TypeError) as e:
+        raise AudioError(f"cannot write {path}: {getattr(e, 'strerror', None) or _describe(e)}") from e
+    return path
+
+
+def _file_format(path: Path) -> tuple[str, str]:
+    """(soundfile format, default subtype) for an output file name; AudioError for an unknown
+    extension or a missing folder."""
+    fmt = FILE_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise AudioError(f"cannot write {path.name}: unknown audio file type '{path.suffix}' "
+                         f"(use {', '.join(FILE_FORMATS)})")
+    if not path.parent.is_dir():
+        raise AudioError(f"cannot write {path}: the folder {path.parent} does not exist")
+    return fmt
 
 
 def _describe(e: Exception) -> str:

@@ -25,8 +25,8 @@ from typing import Iterator
 import numpy as np
 
 from . import _engine
-from .audio_io import prepare_reference
-from .errors import AudioError, ModelError, SynthesisCancelled, VocableError
+from .audio_io import FILE_FORMATS, _file_format, prepare_reference, write_audio  # noqa: F401 (re-exported)
+from .errors import ModelError, SynthesisCancelled, VocableError
 from .voice import Voice
 
 X_VECTOR = "x-vector"
@@ -37,8 +37,6 @@ FRAME_RATE = 12.5  # codec frames per second of audio
 # segment is a fresh request whose decoder starts from its own state, so the waveform would jump
 # there. 5 ms (120 samples at 24 kHz) is far below a syllable, and enough to remove the click.
 SEGMENT_FADE_SEC = 0.005
-# Output files by extension: soundfile format and subtype.
-FILE_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
 
 
 @dataclass
@@ -363,33 +361,6 @@ def _forward_log(level: int, text: str) -> None:
     log.log(_LEVELS.get(level, logging.INFO), "%s", text)
 
 
-def write_audio(path: str | os.PathLike, audio: np.ndarray, sample_rate: int) -> Path:
-    """Writes mono float audio as WAV or FLAC (16 bit) or OGG Vorbis, by the file extension;
-    atomically (a temporary file renamed into place)."""
-    import soundfile as sf
-
-    path = Path(path)
-    fmt = _file_format(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        sf.write(str(tmp), np.asarray(audio, dtype=np.float32), int(sample_rate), format=fmt[0], subtype=fmt[1])
-        os.replace(tmp, path)
-    except (OSError, sf.LibsndfileError, RuntimeError) as e:
-        tmp.unlink(missing_ok=True)
-        raise AudioError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from e
-    return path
-
-
-def _file_format(path: Path) -> tuple[str, str]:
-    fmt = FILE_FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise AudioError(f"cannot write {path.name}: unknown audio file type '{path.suffix}' "
-                         f"(use {', '.join(FILE_FORMATS)})")
-    if not path.parent.is_dir():
-        raise AudioError(f"cannot write {path}: the folder {path.parent} does not exist")
-    return fmt
-
-
 class Engine:
     """A loaded model. Calls from several threads are serialised (a context computes one
     request at a time, a synthesis stream holds it until it ends); use one Engine per thread for
@@ -528,7 +499,7 @@ class Engine:
 
     def synthesize_to_file(self, text: str, voice: Voice, path: str | os.PathLike, language: str = "auto",
                            ref_text: str | None = None, **kwargs) -> SynthesisResult:
-        """Speaks `text` into an audio file: WAV or FLAC (16 bit) or OGG Vorbis, by its
+        """Speaks `text` into an audio file: WAV or FLAC (16 bit), OGG Vorbis or MP3, by its
         extension. Takes synthesize()'s keyword arguments; returns its SynthesisResult."""
         _file_format(Path(path))  # before the work: a wrong name fails at once
         with self.synthesize(text, voice, language, ref_text, **kwargs) as stream:
