@@ -459,8 +459,8 @@ ProgressFn = Callable[[int, int, str], bool]
 def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn | None = None) -> Path:
     """Converts the model folder `src` to the GGUF file `out` (written atomically).
 
-    `progress(done_bytes, total_bytes, tensor_name)` is called after each tensor; returning
-    False cancels (ConversionCancelled, nothing left behind)."""
+    `progress(done_bytes, total_bytes, tensor_name)` is called after each block of rows written
+    (at least once per tensor); returning False cancels (ConversionCancelled, nothing left behind)."""
     import gguf
     from gguf import GGMLQuantizationType as T
 
@@ -504,13 +504,14 @@ def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn
                 fout.write(mv)
                 _checksum_update(state, mv, carry)
                 written += len(mv)
+                # after each block (a large tensor is many): a cancel acts within one block
+                if progress and progress(done + written, total, pt.name) is False:
+                    raise ConversionCancelled("conversion cancelled")
             if written != _nbytes(pt):
                 raise ConversionError(f"internal error: {pt.name} wrote {written} bytes, planned {_nbytes(pt)}")
             writer.write_padding(fout, written)
             checksums.append(_checksum_final(state, carry))
             done += written
-            if progress and progress(done, total, pt.name) is False:
-                raise ConversionCancelled("conversion cancelled")
         writer.write_padding(fout, fout.tell())
         fout.write(np.array(checksums, dtype="<u8").view("<i4").tobytes())
         writer.write_padding(fout, 8 * len(tensors))

@@ -1,0 +1,502 @@
+"""The model store: converted models (GGUF) in paths.models_dir(), and getting them there.
+
+    store = ModelStore()
+    store.entries()                                   # what is installed
+    store.add_converted(Path("~/model-q8_0.gguf"))    # copy a converted model in
+    store.import_hf_folder(folder, "q8_0", progress, cancel)   # convert a downloaded HF folder
+    store.download()                                  # fetch from Hugging Face, then convert
+
+A model is described from its GGUF header alone (architecture, size, weight type, format
+version, and that every tensor lies inside the file), read with bounds on every length, so any
+file, however damaged or hostile, gives a ModelError and never a crash; the engine checks the
+rest (shapes, checksums) when it loads the model.
+
+Long operations take `progress(fraction, message)` (fraction 0..1, called from the calling
+thread) and `cancel` (a threading.Event): when it is set the operation stops within one block of
+work and raises convert.ConversionCancelled, leaving no partial model behind.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import socket
+import struct
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import paths
+from .convert import ARCH, FORMAT_VERSION, WEIGHT_TYPES, ConversionCancelled, ConversionError
+from .errors import ModelError, VocableError
+
+log = logging.getLogger("vocable.models")
+
+ProgressFn = Callable[[float, str], None]
+
+DEFAULT_REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+REPOS = ("Qwen/Qwen3-TTS-12Hz-0.6B-Base", "Qwen/Qwen3-TTS-12Hz-1.7B-Base")
+SUFFIX = ".gguf"
+FILE_TYPES = {0: "f32", 1: "f16", 7: "q8_0", 14: "q4_k"}   # general.file_type, as convert writes it
+# Output size relative to the bf16 checkpoint, for the free-space check before a conversion.
+_SIZE_FACTOR = {"f32": 2.1, "f16": 1.1, "q8_0": 0.7, "q4_k": 0.5}
+_DOWNLOAD_SHARE = 0.8   # share of download()'s progress taken by the download (the rest: converting)
+_DOWNLOAD_FILES = re.compile(r"^(speech_tokenizer/)?[^/]+\.(json|txt|safetensors)$")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    path: Path
+    name: str             # general.name, e.g. "Qwen3-TTS 12Hz 0b6 Base (q8_0)"
+    variant: str          # "0.6B", "1.7B" or the converter's tag
+    weight_type: str      # f32, f16, q8_0, q4_k
+    size_bytes: int
+
+
+def variant_name(tag: str) -> str:
+    """The model size as people write it: "0b6" -> "0.6B" (other tags unchanged)."""
+    m = re.fullmatch(r"(\d+)b(\d+)", tag or "")
+    return f"{m[1]}.{m[2]}B" if m else (tag or "unknown")
+
+
+# ---- GGUF header ------------------------------------------------------------------------------
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+_WANTED = {"general.architecture", "general.name", "general.file_type", "general.alignment",
+           f"{ARCH}.model_type", f"{ARCH}.model_size", f"{ARCH}.format_version"}
+MAX_KV = 1 << 20
+MAX_TENSORS = 1 << 20
+MAX_KEY_BYTES = 1 << 16
+
+
+class _Reader:
+    """Bounded little-endian reads from a file: every length is checked against the file size."""
+
+    def __init__(self, f, size: int, what: str):
+        self.f, self.size, self.what = f, size, what
+
+    def read(self, n: int) -> bytes:
+        if n < 0 or self.f.tell() + n > self.size:
+            raise ModelError(f"{self.what} is truncated or not a GGUF model file")
+        data = self.f.read(n)
+        if len(data) != n:
+            raise ModelError(f"{self.what} is truncated")
+        return data
+
+    def skip(self, n: int) -> None:
+        if n < 0 or self.f.tell() + n > self.size:
+            raise ModelError(f"{self.what} is truncated or not a GGUF model file")
+        self.f.seek(n, os.SEEK_CUR)
+
+    def unpack(self, fmt: str):
+        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+
+    def string(self, limit: int | None = None, keep: bool = True) -> str | None:
+        n = self.unpack("<Q")
+        if limit is not None and n > limit:
+            raise ModelError(f"{self.what} has an oversized key: not a GGUF model file")
+        if not keep:
+            self.skip(n)
+            return None
+        try:
+            return self.read(n).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ModelError(f"{self.what} has text that is not UTF-8: not a GGUF model file") from None
+
+    def value(self, vtype: int, keep: bool, depth: int = 0):
+        if vtype in _SCALARS:
+            fmt = _SCALARS[vtype]
+            if not keep:
+                self.skip(struct.calcsize(fmt))
+                return None
+            return self.unpack(fmt)
+        if vtype == _STRING:
+            return self.string(keep=keep)
+        if vtype == _ARRAY and depth < 4:
+            item_type, count = self.unpack("<I"), self.unpack("<Q")
+            if item_type in _SCALARS:
+                self.skip(count * struct.calcsize(_SCALARS[item_type]))
+            elif count > self.size:
+                raise ModelError(f"{self.what} is truncated or not a GGUF model file")
+            else:
+                for _ in range(count):
+                    self.value(item_type, False, depth + 1)
+            return None
+        raise ModelError(f"{self.what} has a metadata value of unknown type {vtype}: not a GGUF model file")
+
+
+def read_gguf_header(path: Path) -> dict:
+    """The metadata Vocable needs from a GGUF file, and `data_end` (bytes the tensors need).
+    ModelError when it is not a well-formed GGUF file."""
+    from gguf import GGML_QUANT_SIZES
+
+    path = Path(path)
+    what = path.name
+    try:
+        size = path.stat().st_size
+        f = open(path, "rb")
+    except OSError as e:
+        raise ModelError(f"cannot read {path}: {e.strerror or e}") from e
+    with f:
+        r = _Reader(f, size, what)
+        if size < 24 or f.read(4) != b"GGUF":
+            raise ModelError(f"{what} is not a GGUF model file")
+        version = r.unpack("<I")
+        if version not in (2, 3):
+            raise ModelError(f"{what} is GGUF version {version}; Vocable reads versions 2 and 3")
+        n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
+        if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
+            raise ModelError(f"{what} is not a GGUF model file (implausible counts)")
+        meta: dict = {}
+        for _ in range(n_kv):
+            key = r.string(MAX_KEY_BYTES)
+            vtype = r.unpack("<I")
+            value = r.value(vtype, key in _WANTED)
+            if key in _WANTED:
+                meta[key] = value
+        data_end = 0
+        for _ in range(n_tensors):
+            name = r.string(MAX_KEY_BYTES)
+            n_dims = r.unpack("<I")
+            if not 1 <= n_dims <= 4:
+                raise ModelError(f"{what}: tensor {name[:60]!r} has {n_dims} dimensions")
+            dims = [r.unpack("<Q") for _ in range(n_dims)]
+            ttype, offset = r.unpack("<I"), r.unpack("<Q")
+            if ttype not in GGML_QUANT_SIZES:
+                raise ModelError(f"{what}: tensor {name[:60]!r} has unknown type {ttype}")
+            block, type_size = GGML_QUANT_SIZES[ttype]
+            elements = 1
+            for d in dims:
+                elements *= d
+            if dims[0] % block or elements > size * block:
+                raise ModelError(f"{what}: tensor {name[:60]!r} has an impossible shape {dims}")
+            data_end = max(data_end, offset + elements // block * type_size)
+        alignment = meta.get("general.alignment") or 32
+        if not isinstance(alignment, int) or not 1 <= alignment <= 1 << 16:
+            raise ModelError(f"{what} has an invalid alignment")
+        data_start = -(-f.tell() // alignment) * alignment
+    meta["data_start"] = data_start
+    meta["data_end"] = data_start + data_end
+    meta["file_size"] = size
+    return meta
+
+
+# ---- the store --------------------------------------------------------------------------------
+
+class ModelStore:
+    """The converted models in a folder (default: paths.models_dir())."""
+
+    def __init__(self, root: Path | None = None):
+        try:
+            self.root = paths.ensure_dir(Path(root)) if root is not None else paths.models_dir()
+        except VocableError as e:
+            raise ModelError(f"cannot open the models folder: {e}") from None
+        paths.remove_stale_temp_files(self.root)
+        now = time.time()
+        for partial in self.root.glob("*.partial"):  # convert()'s file, left by a crash
+            with contextlib.suppress(OSError):
+                if now - partial.stat().st_mtime > 3600:
+                    partial.unlink()
+        self._cache: dict[Path, tuple[tuple[int, int], ModelEntry]] = {}
+
+    def entries(self) -> list[ModelEntry]:
+        """The models in the store, by name; files that are not usable models are skipped and
+        logged."""
+        out = []
+        try:
+            files = [p for p in self.root.glob("*" + SUFFIX) if not p.name.startswith(".")]
+        except OSError as e:
+            raise ModelError(f"cannot list the models folder {self.root}: {e.strerror or e}") from e
+        for path in files:
+            try:
+                st = path.stat()
+                stamp = (st.st_mtime_ns, st.st_size)
+                cached = self._cache.get(path)
+                if cached is None or cached[0] != stamp:
+                    cached = (stamp, self.describe(path))
+                    self._cache[path] = cached
+                out.append(cached[1])
+            except (ModelError, OSError) as e:
+                log.warning("skipping %s in the models folder: %s", path.name, e)
+        return sorted(out, key=lambda e: (e.name.casefold(), e.path.name))
+
+    def describe(self, gguf: Path) -> ModelEntry:
+        """What a model file is; ModelError saying why when it is not a usable Vocable model."""
+        gguf = Path(gguf)
+        if not gguf.exists():
+            raise ModelError(f"model file not found: {gguf}")
+        if gguf.is_dir():
+            raise ModelError(f"{gguf} is a folder; to use a downloaded Hugging Face model folder, import it "
+                             "(it is converted then)")
+        meta = read_gguf_header(gguf)
+        arch = meta.get("general.architecture")
+        if arch != ARCH:
+            raise ModelError(f"{gguf.name} is a GGUF model for {arch!r}, not a Qwen3-TTS model converted by Vocable")
+        model_type = meta.get(f"{ARCH}.model_type")
+        if model_type != "base":
+            raise ModelError(f"{gguf.name} is a Qwen3-TTS '{model_type}' model; Vocable needs a Base model")
+        version = meta.get(f"{ARCH}.format_version")
+        if version != FORMAT_VERSION:
+            raise ModelError(f"{gguf.name} was converted for model format {version}, this Vocable needs format "
+                             f"{FORMAT_VERSION}: convert the Hugging Face folder again")
+        if meta["data_end"] > meta["file_size"]:
+            raise ModelError(f"{gguf.name} is truncated ({meta['file_size']} of {meta['data_end']} bytes): "
+                             "copy or download it again")
+        file_type = meta.get("general.file_type")
+        weight_type = FILE_TYPES.get(file_type, f"type {file_type}")
+        variant = variant_name(str(meta.get(f"{ARCH}.model_size") or ""))
+        name = meta.get("general.name") or gguf.stem
+        return ModelEntry(gguf, str(name), variant, weight_type, meta["file_size"])
+
+    def add_converted(self, gguf: Path) -> ModelEntry:
+        """Copies a converted model into the store (checked first; atomically)."""
+        gguf = Path(gguf)
+        entry = self.describe(gguf)
+        with contextlib.suppress(OSError):
+            if gguf.resolve().parent == self.root.resolve():
+                return entry
+        self._check_space(entry.size_bytes, f"copy {gguf.name}")
+        dest = self._unique(gguf.name if gguf.suffix.lower() == SUFFIX else gguf.stem + SUFFIX)
+        try:
+            paths.atomic_copy(gguf, dest)
+        except OSError as e:
+            raise ModelError(f"cannot copy {gguf.name} into {self.root}: {e.strerror or e}") from e
+        log.info("model %s added as %s", gguf, dest.name)
+        return self.describe(dest)
+
+    def delete(self, gguf: Path) -> None:
+        """Removes a model from the store (only files inside it)."""
+        gguf = Path(gguf)
+        if gguf.resolve().parent != self.root.resolve():
+            raise ModelError(f"{gguf} is not in the models folder {self.root}")
+        try:
+            gguf.unlink()
+        except FileNotFoundError:
+            raise ModelError(f"{gguf.name} is not in the models folder (deleted already?)") from None
+        except OSError as e:
+            raise ModelError(f"cannot delete {gguf}: {e.strerror or e}") from e
+
+    def import_hf_folder(self, folder: Path, weight_type: str, progress: ProgressFn | None = None,
+                         cancel: threading.Event | None = None) -> ModelEntry:
+        """Converts a downloaded Hugging Face Qwen3-TTS 12 Hz Base folder into the store.
+        ModelError for a folder that is not one (or when writing fails); ConversionCancelled
+        when `cancel` is set. No partial file is left either way."""
+        from .convert import convert, read_model_folder
+
+        if weight_type not in WEIGHT_TYPES:
+            raise ModelError(f"unknown weight type {weight_type!r}; choose one of {', '.join(WEIGHT_TYPES)}")
+        folder = Path(folder)
+        try:
+            info = read_model_folder(folder)
+        except ConversionError as e:
+            raise ModelError(str(e)) from None
+        checkpoint = sum(p.stat().st_size for p in folder.rglob("*.safetensors") if p.is_file())
+        self._check_space(int(checkpoint * _SIZE_FACTOR[weight_type]), "convert the model")
+        variant = variant_name(str(info.config.get("tts_model_size", "")))
+        out = self._unique(f"Qwen3-TTS-12Hz-{variant}-Base-{weight_type}{SUFFIX}")
+
+        def report(done: int, total: int, name: str) -> bool:
+            if cancel is not None and cancel.is_set():
+                return False
+            if progress is not None:
+                progress(min(1.0, done / max(total, 1)), f"converting {name}")
+            return True
+
+        if cancel is not None and cancel.is_set():
+            raise ConversionCancelled("conversion cancelled")
+        if progress is not None:
+            progress(0.0, f"converting {folder.name} to {weight_type}")
+        try:
+            convert(folder, out, weight_type, report)
+        except ConversionCancelled:
+            log.info("conversion of %s cancelled", folder)
+            raise
+        except ConversionError as e:
+            raise ModelError(str(e)) from None
+        except OSError as e:
+            raise ModelError(f"cannot write the converted model to {self.root}: {e.strerror or e}") from e
+        try:
+            entry = self.describe(out)
+        except ModelError:
+            with contextlib.suppress(OSError):
+                out.unlink()
+            raise
+        if progress is not None:
+            progress(1.0, f"converted to {out.name}")
+        log.info("converted %s to %s", folder, out)
+        return entry
+
+    def download(self, repo_id: str = DEFAULT_REPO, weight_type: str = "q8_0", progress: ProgressFn | None = None,
+                 cancel: threading.Event | None = None, keep_download: bool = True) -> ModelEntry:
+        """Downloads a Qwen3-TTS Base model from Hugging Face (huggingface_hub; HF_ENDPOINT is
+        honoured) into paths.downloads_dir(), then converts it into the store.
+
+        Offline, this fails within seconds with ModelError("cannot reach <host>: ..."). A
+        cancelled download keeps what it fetched in the downloads folder, and the next one
+        resumes from there; the store gets a model only once it is whole. `keep_download`:
+        keep the Hugging Face folder after converting (to convert again to another type)."""
+        if weight_type not in WEIGHT_TYPES:
+            raise ModelError(f"unknown weight type {weight_type!r}; choose one of {', '.join(WEIGHT_TYPES)}")
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", repo_id or "") or ".." in repo_id:
+            raise ModelError(f"{repo_id!r} is not a Hugging Face model name (owner/name)")
+        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+            raise ModelError("downloads are switched off (HF_HUB_OFFLINE is set); download the model folder "
+                             "elsewhere and import it")
+        endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+        host = _check_reachable(endpoint)
+
+        def check_cancel() -> None:
+            if cancel is not None and cancel.is_set():
+                raise ConversionCancelled("download cancelled")
+
+        def report(fraction: float, message: str) -> None:
+            if progress is not None:
+                progress(fraction, message)
+
+        report(0.0, f"asking {host} for {repo_id}")
+        files = _list_files(repo_id, endpoint, host)
+        total = sum(size for _, size in files) or 1
+        local_dir = paths.downloads_dir() / repo_id.replace("/", "--")
+        have = sum(_local_size(local_dir / name) for name, _ in files)
+        self._check_space(total - have + int(total * _SIZE_FACTOR[weight_type]), f"download {repo_id}", local_dir)
+        done_before = 0
+        for name, size in files:
+            check_cancel()
+            _download_file(repo_id, name, local_dir, endpoint, host,
+                           lambda n, base=done_before, name=name: report(
+                               _DOWNLOAD_SHARE * min(1.0, (base + n) / total),
+                               f"downloading {name} ({(base + n) / 2**20:.0f} of {total / 2**20:.0f} MiB)"),
+                           cancel)
+            done_before += size
+        report(_DOWNLOAD_SHARE, f"downloaded {repo_id}")
+        entry = self.import_hf_folder(
+            local_dir, weight_type,
+            lambda f, m: report(_DOWNLOAD_SHARE + (1 - _DOWNLOAD_SHARE) * f, m), cancel)
+        if not keep_download:
+            shutil.rmtree(local_dir, ignore_errors=True)
+        return entry
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _unique(self, name: str) -> Path:
+        name = re.sub(r"[^\w.+-]+", "-", name).lstrip(".") or "model" + SUFFIX
+        path = self.root / name
+        stem, suffix = path.stem, path.suffix
+        n = 2
+        while path.exists() or path.with_name(path.name + ".partial").exists():
+            path = self.root / f"{stem}-{n}{suffix}"
+            n += 1
+        return path
+
+    def _check_space(self, needed: int, what: str, folder: Path | None = None) -> None:
+        folder = folder if folder is not None and folder.exists() else self.root
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            return
+        if needed > 0 and free < needed + (64 << 20):
+            raise ModelError(f"not enough disk space to {what}: {needed / 2**30:.1f} GiB needed, "
+                             f"{free / 2**30:.1f} GiB free in {folder}")
+
+
+# ---- Hugging Face -----------------------------------------------------------------------------
+
+def _check_reachable(endpoint: str, timeout: float = 5.0) -> str:
+    """The endpoint's host; ModelError at once when it cannot be connected to (no network, no
+    name resolution, a refused port). Skipped behind a proxy (huggingface_hub then reports)."""
+    url = urllib.parse.urlsplit(endpoint)
+    host = url.hostname or endpoint
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ModelError(f"HF_ENDPOINT {endpoint!r} is not an http(s) address")
+    proxies = urllib.request.getproxies()
+    if url.scheme in proxies and not urllib.request.proxy_bypass(url.hostname):
+        return host
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            pass
+    except socket.gaierror as e:
+        raise ModelError(f"cannot reach {host}: the name does not resolve ({e.strerror or e}); are you offline? "
+                         "Download the model folder on a connected computer and import it instead") from None
+    except OSError as e:
+        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ModelError(f"cannot reach {host}: {reason}; are you offline? Download the model folder on a "
+                         "connected computer and import it instead") from None
+    return host
+
+
+def _hub_error(e: Exception, repo_id: str, host: str) -> ModelError:
+    from huggingface_hub import errors
+
+    if isinstance(e, errors.RepositoryNotFoundError):
+        return ModelError(f"{repo_id} was not found on {host}")
+    if isinstance(e, errors.GatedRepoError):
+        return ModelError(f"{repo_id} on {host} needs you to accept its terms and log in (huggingface-cli login)")
+    if isinstance(e, errors.OfflineModeIsEnabled):
+        return ModelError("downloads are switched off (HF_HUB_OFFLINE is set)")
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return ModelError(f"cannot download {repo_id} from {host}: {text[:300]}")
+
+
+def _list_files(repo_id: str, endpoint: str, host: str) -> list[tuple[str, int]]:
+    """(path, size) of the files a conversion needs."""
+    from huggingface_hub import HfApi
+
+    try:
+        info = HfApi(endpoint=endpoint).model_info(repo_id, files_metadata=True)
+    except Exception as e:  # network, HTTP and hub errors all become a message
+        raise _hub_error(e, repo_id, host) from e
+    files = [(s.rfilename, int(s.size or 0)) for s in (info.siblings or []) if _DOWNLOAD_FILES.match(s.rfilename)]
+    if not any(name == "config.json" for name, _ in files):
+        raise ModelError(f"{repo_id} has no config.json: not a Qwen3-TTS model repository")
+    return sorted(files)
+
+
+def _local_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _download_file(repo_id: str, name: str, local_dir: Path, endpoint: str, host: str,
+                   on_bytes: Callable[[int], None], cancel: threading.Event | None) -> None:
+    """One file into local_dir (resuming a partial one), reporting bytes; ConversionCancelled
+    from inside the transfer when `cancel` is set."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.utils import tqdm as hf_tqdm
+
+    class Bar(hf_tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True
+            kwargs.pop("name", None)
+            self._count = int(kwargs.get("initial") or 0)
+            super().__init__(*args, **kwargs)
+            on_bytes(self._count)
+
+        def update(self, n=1):
+            self._count += int(n or 0)
+            on_bytes(self._count)
+            if cancel is not None and cancel.is_set():
+                raise ConversionCancelled("download cancelled")
+
+    # Plain HTTP rather than the Xet protocol: bytes are reported (and a cancel acts) as they
+    # arrive, from this thread.
+    xet = constants.HF_HUB_DISABLE_XET
+    constants.HF_HUB_DISABLE_XET = True
+    try:
+        hf_hub_download(repo_id, name, local_dir=str(local_dir), endpoint=endpoint, tqdm_class=Bar)
+    except ConversionCancelled:
+        raise
+    except Exception as e:  # network, HTTP and hub errors all become a message
+        raise _hub_error(e, repo_id, host) from e
+    finally:
+        constants.HF_HUB_DISABLE_XET = xet
+    on_bytes(_local_size(local_dir / name))

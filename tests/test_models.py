@@ -1,0 +1,338 @@
+"""The model store: describing GGUF files safely, adding converted models, importing (converting)
+a Hugging Face folder with progress and cancel, and downloading (the offline path)."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import fixture_dir
+from vocable.convert import ConversionCancelled
+from vocable.errors import ModelError
+from vocable.models import ModelStore, read_gguf_header
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOCABLE_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_describe_converted_models(converted):
+    store = ModelStore()
+    for variant, weight_type, name in (("0.6b", "f32", "0.6B"), ("0.6b", "q8_0", "0.6B"), ("1.7b", "f16", "1.7B")):
+        path = converted(variant, weight_type)
+        entry = store.describe(path)
+        assert (entry.variant, entry.weight_type, entry.path) == (name, weight_type, path)
+        assert entry.size_bytes == path.stat().st_size and weight_type in entry.name
+
+
+def test_add_converted_and_list(home, converted):
+    store = ModelStore()
+    assert store.root == home / "data" / "models" and store.entries() == []
+    src = converted("0.6b", "q8_0")
+    entry = store.add_converted(src)
+    assert entry.path.parent == store.root and entry.path.read_bytes() == src.read_bytes()
+    again = store.add_converted(src)  # same name: a second copy beside it, nothing overwritten
+    assert again.path != entry.path and again.path.stem == entry.path.stem + "-2"
+    assert store.add_converted(entry.path) == entry  # already in the store: nothing copied
+    assert sorted(e.path.name for e in ModelStore().entries()) == ["model-2.gguf", "model.gguf"]
+    store.delete(again.path)
+    assert [e.path for e in store.entries()] == [entry.path]
+    with pytest.raises(ModelError, match="not in the models folder"):
+        store.delete(src)
+
+
+def _gguf_other_arch(path):
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("some llm")
+    w.add_tensor("w", np.zeros((4, 4), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _bad_models(folder, converted):
+    """(file, expected message) pairs."""
+    good = converted("0.6b", "f32").read_bytes()
+    files = []
+
+    def put(name, data, message):
+        (folder / name).write_bytes(data)
+        files.append((folder / name, message))
+
+    put("empty.gguf", b"", "not a GGUF model file")
+    put("random.gguf", os.urandom(5000), "not a GGUF model file")
+    put("text.gguf", b"GGUF" + b"not really" * 10, "GGUF version|not a GGUF")
+    put("truncated.gguf", good[: len(good) // 2], "truncated")
+    put("header-only.gguf", good[:3000], "truncated")
+    put("counts.gguf", b"GGUF" + struct.pack("<IQQ", 3, 1 << 62, 1 << 62), "implausible counts")
+    put("huge-string.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 40) + b"x" * 64,
+        "oversized key|truncated")
+    put("bad-type.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"key"
+        + struct.pack("<I", 77) + b"\0" * 16, "unknown type 77")
+    put("deep-array.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"key"
+        + (struct.pack("<IIQ", 9, 9, 1 << 40) * 10), "truncated|unknown type")
+    _gguf_other_arch(folder / "llama.gguf")
+    files.append((folder / "llama.gguf", "for 'llama', not a Qwen3-TTS"))
+    return files
+
+
+def test_damaged_and_foreign_files_are_refused(tmp_path, converted):
+    store = ModelStore()
+    for path, message in _bad_models(tmp_path, converted):
+        with pytest.raises(ModelError, match=message):
+            store.describe(path)
+        with pytest.raises(ModelError, match=message):
+            store.add_converted(path)
+    with pytest.raises(ModelError, match="not found"):
+        store.describe(tmp_path / "missing.gguf")
+    with pytest.raises(ModelError, match="is a folder"):
+        store.describe(fixture_dir("0.6b") / "model")
+    assert list(store.root.iterdir()) == []
+
+
+def test_listing_skips_unusable_files(converted, caplog):
+    store = ModelStore()
+    good = store.add_converted(converted("0.6b", "f32"))
+    _bad_models(store.root, converted)
+    assert [e.path for e in store.entries()] == [good.path]
+    assert "skipping" in caplog.text
+
+
+def test_header_reader_reads_only_the_header(converted):
+    meta = read_gguf_header(converted("0.6b", "q8_0"))
+    assert meta["general.architecture"] == "qwen3-tts" and meta["qwen3-tts.model_size"] == "0b6"
+    assert meta["data_end"] <= meta["file_size"] and meta["data_start"] % 32 == 0
+
+
+def test_import_a_hugging_face_folder_with_progress():
+    from vocable.engine import Engine
+
+    store = ModelStore()
+    calls = []
+    entry = store.import_hf_folder(fixture_dir("0.6b") / "model", "q8_0", lambda f, m: calls.append((f, m)))
+    assert entry.path.parent == store.root and entry.path.name == "Qwen3-TTS-12Hz-0.6B-Base-q8_0.gguf"
+    assert (entry.variant, entry.weight_type) == ("0.6B", "q8_0")
+    fractions = [f for f, _ in calls]
+    assert fractions[0] == 0.0 and fractions[-1] == 1.0 and fractions == sorted(fractions) and len(calls) > 10
+    assert any("converting talker." in m for _, m in calls)
+    assert [e.path for e in store.entries()] == [entry.path]
+    with Engine(entry.path) as engine:  # the engine accepts it
+        assert engine.info["variant"] == "0.6B"
+    second = store.import_hf_folder(fixture_dir("0.6b") / "model", "q8_0")
+    assert second.path.name == "Qwen3-TTS-12Hz-0.6B-Base-q8_0-2.gguf"
+
+
+def test_cancel_an_import_leaves_nothing():
+    store = ModelStore()
+    cancel = threading.Event()
+    seen = []
+
+    def progress(fraction, message):
+        seen.append(fraction)
+        if fraction > 0.3:
+            cancel.set()
+
+    with pytest.raises(ConversionCancelled):
+        store.import_hf_folder(fixture_dir("1.7b") / "model", "f16", progress, cancel)
+    assert max(seen) < 0.9
+    assert list(store.root.iterdir()) == []
+    cancel.set()
+    with pytest.raises(ConversionCancelled):  # cancelled before it starts
+        store.import_hf_folder(fixture_dir("0.6b") / "model", "f16", None, cancel)
+    assert list(store.root.iterdir()) == []
+
+
+def test_import_errors_are_clear(tmp_path):
+    store = ModelStore()
+    with pytest.raises(ModelError, match="unknown weight type 'q2'"):
+        store.import_hf_folder(fixture_dir("0.6b") / "model", "q2")
+    with pytest.raises(ModelError, match="is not a folder"):
+        store.import_hf_folder(tmp_path / "nothing", "f16")
+    with pytest.raises(ModelError, match="config.json is missing"):
+        store.import_hf_folder(tmp_path, "f16")
+    broken = tmp_path / "broken"
+    shutil.copytree(fixture_dir("0.6b") / "model", broken)
+    (broken / "model.safetensors").write_bytes((broken / "model.safetensors").read_bytes()[:5000])
+    with pytest.raises(ModelError, match="truncated|model.safetensors"):
+        store.import_hf_folder(broken, "f16")
+    assert list(store.root.iterdir()) == []
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_download_offline_fails_fast_with_a_clear_message(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    store = ModelStore()
+    start = time.monotonic()
+    with pytest.raises(ModelError, match=r"cannot reach 127\.0\.0\.1: .*offline"):
+        store.download("Qwen/Qwen3-TTS-12Hz-0.6B-Base", "q8_0")
+    assert time.monotonic() - start < 5
+    assert list(store.root.iterdir()) == []
+    monkeypatch.setenv("HF_ENDPOINT", "http://no-such-host.invalid")
+    with pytest.raises(ModelError, match="cannot reach no-such-host.invalid"):
+        store.download()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelError, match="HF_HUB_OFFLINE"):
+        store.download()
+
+
+@pytest.mark.parametrize("repo, weight_type, message", [
+    ("not a repo", "q8_0", "not a Hugging Face model name"), ("../../etc", "q8_0", "not a Hugging Face"),
+    ("Qwen/Qwen3-TTS-12Hz-0.6B-Base", "q3", "unknown weight type"),
+])
+def test_download_argument_errors(repo, weight_type, message):
+    with pytest.raises(ModelError, match=message):
+        ModelStore().download(repo, weight_type)
+
+
+# ---- downloading from a hub on this machine -----------------------------------------------------
+# A small HTTP server that answers the requests huggingface_hub makes (model info, HEAD and GET of
+# /resolve/), serving the tiny fixture folder: the real client and the real files, no network.
+
+class _Hub:
+    def __init__(self, folder, delay=0.0):
+        import http.server
+
+        files = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
+        hub = self
+        self.requests = []
+        self.delay = delay
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code, body=b"", headers=()):
+                self.send_response(code)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _route(self):
+                import json
+                from urllib.parse import unquote, urlsplit
+
+                path = unquote(urlsplit(self.path).path)
+                hub.requests.append((self.command, path))
+                repo = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+                sha = "0123456789abcdef0123456789abcdef01234567"
+                if path in (f"/api/models/{repo}", f"/api/models/{repo}/revision/main"):
+                    body = json.dumps({"id": repo, "sha": sha, "siblings": [
+                        {"rfilename": name, "size": p.stat().st_size} for name, p in files.items()]}).encode()
+                    return self._send(200, body, [("Content-Type", "application/json")])
+                prefix = f"/{repo}/resolve/"
+                if path.startswith(prefix):
+                    name = path[len(prefix):].split("/", 1)[1]
+                    if name in files:
+                        data = files[name].read_bytes()
+                        start = 0
+                        rng = self.headers.get("Range")
+                        if rng and rng.startswith("bytes="):
+                            start = int(rng[6:].split("-")[0])
+                        headers = [("X-Repo-Commit", sha), ("ETag", f'"{len(data)}-{hash(name) & 0xffff}"')]
+                        if self.command == "HEAD":
+                            self.send_response(200)
+                            for k, v in headers:
+                                self.send_header(k, v)
+                            self.send_header("Content-Length", str(len(data)))
+                            self.end_headers()
+                            return
+                        body = data[start:]
+                        self.send_response(206 if start else 200)
+                        for k, v in headers:
+                            self.send_header(k, v)
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        for i in range(0, len(body), 256 * 1024):
+                            time.sleep(hub.delay)
+                            self.wfile.write(body[i:i + 256 * 1024])
+                        return
+                self._send(404, b'{"error": "not found"}', [("X-Error-Code", "RepoNotFound")])
+
+            do_GET = do_HEAD = _route
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    hub = _Hub(fixture_dir("0.6b") / "model")
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    yield hub
+    hub.close()
+
+
+def test_download_converts_into_the_store(home, hub):
+    store = ModelStore()
+    calls = []
+    entry = store.download("Qwen/Qwen3-TTS-12Hz-0.6B-Base", "q8_0", lambda f, m: calls.append((f, m)))
+    assert entry.path.parent == store.root and (entry.variant, entry.weight_type) == ("0.6B", "q8_0")
+    fractions = [f for f, _ in calls]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert any(m.startswith("downloading model.safetensors") for _, m in calls)
+    assert any(m.startswith("converting ") for _, m in calls)
+    downloaded = home / "data" / "downloads" / "Qwen--Qwen3-TTS-12Hz-0.6B-Base"
+    source = fixture_dir("0.6b") / "model"
+    assert (downloaded / "speech_tokenizer" / "model.safetensors").read_bytes() == \
+        (source / "speech_tokenizer" / "model.safetensors").read_bytes()
+    # a second download finds the files there and fetches nothing again
+    before = len([r for r in hub.requests if r[0] == "GET" and "/resolve/" in r[1]])
+    store.download("Qwen/Qwen3-TTS-12Hz-0.6B-Base", "f16", keep_download=False)
+    assert len([r for r in hub.requests if r[0] == "GET" and "/resolve/" in r[1]]) == before
+    assert not downloaded.exists()
+    assert sorted(e.weight_type for e in store.entries()) == ["f16", "q8_0"]
+
+
+def test_cancel_a_download_midway(home, hub):
+    hub.delay = 0.02
+    store = ModelStore()
+    cancel = threading.Event()
+
+    def progress(fraction, message):
+        if message.startswith("downloading model.safetensors") and fraction > 0.05:
+            cancel.set()
+
+    start = time.monotonic()
+    with pytest.raises(ConversionCancelled):
+        store.download(progress=progress, cancel=cancel)
+    assert time.monotonic() - start < 10
+    assert list(store.root.iterdir()) == []
+    assert not (home / "data" / "downloads" / "Qwen--Qwen3-TTS-12Hz-0.6B-Base" / "model.safetensors").exists()
+    hub.delay = 0.0
+    entry = store.download()  # resumes and finishes
+    assert entry.weight_type == "q8_0"
+
+
+def test_a_missing_repository_is_a_clear_error(hub):
+    with pytest.raises(ModelError, match="Qwen/Nothing-Here was not found on 127.0.0.1"):
+        ModelStore().download("Qwen/Nothing-Here")
