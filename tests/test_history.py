@@ -180,3 +180,15 @@ def test_a_read_only_history_gives_an_error_and_loses_nothing():
         history.root.chmod(0o700)
     assert [e.id for e in history.entries()] == [entry.id]
     assert history.load_audio(entry.id)[0].size == speech().size
+
+
+def test_a_write_that_fails_midway_loses_nothing():
+    from test_library import write_limit
+
+    history = History()
+    entry = history.add("kept", "v", {}, speech(), RATE)
+    with write_limit(20000):  # a full disk, in effect
+        with pytest.raises(AudioError, match="cannot write"):
+            history.add("new", "v", {}, speech(3.0), RATE)
+    assert [e.id for e in history.entries()] == [entry.id]
+    assert sorted(p.name for p in history.root.iterdir()) == [f"{entry.id}.flac", f"{entry.id}.json"]

@@ -2,10 +2,13 @@
 refusing damaged or hostile files."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pickle
+import resource
+import signal
 import struct
 from datetime import datetime, timezone
 
@@ -277,3 +280,31 @@ def test_the_metadata_is_json_free_text():
     entry = lib.save(voice, 'Name "quoted" {json}')
     assert lib.load(entry.id).ref_text == text and lib.entries()[0].name == 'Name "quoted" {json}'
     json.dumps([e.name for e in lib.entries()])
+
+
+@contextlib.contextmanager
+def write_limit(max_bytes: int):
+    """Writes past `max_bytes` in any file fail with EFBIG (RLIMIT_FSIZE), like a full disk; works
+    as root too, where read-only folders do not bind."""
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, old_limit[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+
+
+def test_a_write_that_fails_midway_loses_nothing():
+    lib = VoiceLibrary()
+    entry = lib.save(make_voice(), "kept")
+    before = entry.path.read_bytes()
+    with write_limit(2000):
+        with pytest.raises(VoiceError, match="cannot write the voice file"):
+            lib.rename(entry.id, "renamed")
+        with pytest.raises(VoiceError, match="cannot write the voice file"):
+            lib.save(make_voice(1), "new")
+    assert entry.path.read_bytes() == before
+    assert [(e.id, e.name) for e in lib.entries()] == [(entry.id, "kept")]
+    assert [p.name for p in lib.root.iterdir()] == [entry.path.name]

@@ -336,3 +336,16 @@ def test_cancel_a_download_midway(home, hub):
 def test_a_missing_repository_is_a_clear_error(hub):
     with pytest.raises(ModelError, match="Qwen/Nothing-Here was not found on 127.0.0.1"):
         ModelStore().download("Qwen/Nothing-Here")
+
+
+def test_a_full_disk_during_import_leaves_nothing(converted):
+    from test_library import write_limit
+
+    converted("0.6b", "f16")  # any conversion the fixtures need, before the limit
+    store = ModelStore()
+    with write_limit(1 << 20):
+        with pytest.raises(ModelError, match="cannot write the converted model"):
+            store.import_hf_folder(fixture_dir("0.6b") / "model", "f16")
+        with pytest.raises(ModelError, match="cannot copy"):
+            store.add_converted(converted("0.6b", "f16"))
+    assert list(store.root.iterdir()) == []

@@ -86,3 +86,14 @@ def test_saving_a_bad_value_is_refused_and_keeps_the_file(home, field, value):
 def test_an_unwritable_place_is_a_clear_error(tmp_path):
     with pytest.raises(VocableError, match="cannot save the settings"):
         Settings().save(tmp_path / "missing-folder" / "settings.json")
+
+
+def test_a_write_that_fails_midway_keeps_the_old_file(home):
+    from test_library import write_limit
+
+    Settings(threads=4).save()
+    with write_limit(50):
+        with pytest.raises(VocableError, match="cannot save the settings"):
+            Settings(threads=8, export_dir="/a/long/path" * 10).save()
+    assert Settings.load().threads == 4
+    assert [p.name for p in (home / "config").iterdir()] == ["settings.json"]

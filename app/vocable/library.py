@@ -178,6 +178,7 @@ def read_voice_file(path: Path) -> tuple[Voice, dict[str, str]]:
 
 
 def _write_voice_file(path: Path, voice: Voice, name: str, created: datetime) -> None:
+    from safetensors import SafetensorError
     from safetensors.numpy import save_file
 
     tensors = {"speaker_embedding": voice.speaker_embedding}
@@ -186,8 +187,9 @@ def _write_voice_file(path: Path, voice: Voice, name: str, created: datetime) ->
     try:
         with paths.atomic_writer(path) as tmp:
             save_file(tensors, str(tmp), metadata=_metadata(voice, name, created))
-    except OSError as e:
-        raise VoiceError(f"cannot write the voice file {path}: {e.strerror or e}") from e
+    except (OSError, SafetensorError) as e:  # safetensors reports I/O errors (a full disk) as its own
+        reason = getattr(e, "strerror", None) or str(e).removeprefix("Error while serializing: ")
+        raise VoiceError(f"cannot write the voice file {path}: {reason}") from e
 
 
 def _parse_created(meta: dict[str, str], path: Path) -> datetime:

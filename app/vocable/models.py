@@ -419,17 +419,35 @@ def _check_reachable(endpoint: str, timeout: float = 5.0) -> str:
     if url.scheme in proxies and not urllib.request.proxy_bypass(url.hostname):
         return host
     port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname, port), timeout=timeout):
-            pass
-    except socket.gaierror as e:
-        raise ModelError(f"cannot reach {host}: the name does not resolve ({e.strerror or e}); are you offline? "
-                         "Download the model folder on a connected computer and import it instead") from None
-    except OSError as e:
-        reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
-        raise ModelError(f"cannot reach {host}: {reason}; are you offline? Download the model folder on a "
-                         "connected computer and import it instead") from None
-    return host
+    advice = "are you offline? Download the model folder on a connected computer and import it instead"
+    # the name lookup has no timeout of its own (a dead resolver can take a minute): a thread's
+    lookup: dict = {}
+
+    def resolve() -> None:
+        try:
+            lookup["addresses"] = socket.getaddrinfo(url.hostname, port, type=socket.SOCK_STREAM)
+        except OSError as e:
+            lookup["error"] = e
+
+    thread = threading.Thread(target=resolve, name="vocable-resolve", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise ModelError(f"cannot reach {host}: the name lookup timed out; {advice}")
+    if "error" in lookup:
+        e = lookup["error"]
+        raise ModelError(f"cannot reach {host}: the name does not resolve ({e.strerror or e}); {advice}")
+    error: OSError | None = None
+    for family, kind, proto, _, address in lookup["addresses"][:4]:
+        try:
+            with socket.socket(family, kind, proto) as s:
+                s.settimeout(timeout)
+                s.connect(address)
+            return host
+        except OSError as e:
+            error = e
+    reason = "timed out" if isinstance(error, TimeoutError) else (getattr(error, "strerror", None) or str(error))
+    raise ModelError(f"cannot reach {host}: {reason}; {advice}")
 
 
 def _hub_error(e: Exception, repo_id: str, host: str) -> ModelError:
