@@ -192,3 +192,10 @@ def test_a_write_that_fails_midway_loses_nothing():
             history.add("new", "v", {}, speech(3.0), RATE)
     assert [e.id for e in history.entries()] == [entry.id]
     assert sorted(p.name for p in history.root.iterdir()) == [f"{entry.id}.flac", f"{entry.id}.json"]
+
+
+def test_a_fifo_in_the_folder_does_not_block():
+    history = History()
+    entry = history.add("kept", "v", {}, speech(), RATE)
+    os.mkfifo(history.root / "20250101-000000-000000-abcdef.json")
+    assert [e.id for e in history.entries()] == [entry.id]

@@ -308,3 +308,13 @@ def test_a_write_that_fails_midway_loses_nothing():
     assert entry.path.read_bytes() == before
     assert [(e.id, e.name) for e in lib.entries()] == [(entry.id, "kept")]
     assert [p.name for p in lib.root.iterdir()] == [entry.path.name]
+
+
+def test_a_fifo_or_device_is_refused_without_blocking(tmp_path):
+    lib = VoiceLibrary()
+    os.mkfifo(tmp_path / "voice.safetensors")
+    os.mkfifo(lib.root / "fifo.safetensors")
+    for path in (tmp_path / "voice.safetensors", "/dev/zero"):
+        with pytest.raises(VoiceError, match="not a file"):
+            lib.import_file(path)
+    assert lib.entries() == []

@@ -326,6 +326,8 @@ def test_cancel_a_download_midway(home, hub):
     with pytest.raises(ConversionCancelled):
         store.download(progress=progress, cancel=cancel)
     assert time.monotonic() - start < 10
+    fetched = [path for method, path in hub.requests if method == "GET" and "/resolve/" in path]
+    assert fetched[-1].endswith("/model.safetensors")  # stopped there: nothing after it was asked for
     assert list(store.root.iterdir()) == []
     assert not (home / "data" / "downloads" / "Qwen--Qwen3-TTS-12Hz-0.6B-Base" / "model.safetensors").exists()
     hub.delay = 0.0
@@ -349,3 +351,14 @@ def test_a_full_disk_during_import_leaves_nothing(converted):
         with pytest.raises(ModelError, match="cannot copy"):
             store.add_converted(converted("0.6b", "f16"))
     assert list(store.root.iterdir()) == []
+
+
+def test_a_fifo_or_device_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    store = ModelStore()
+    for path in (fifo, "/dev/zero"):
+        with pytest.raises(ModelError, match="not a regular file"):
+            store.describe(path)
+    os.mkfifo(store.root / "fifo.gguf")
+    assert store.entries() == []

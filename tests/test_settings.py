@@ -97,3 +97,11 @@ def test_a_write_that_fails_midway_keeps_the_old_file(home):
             Settings(threads=8, export_dir="/a/long/path" * 10).save()
     assert Settings.load().threads == 4
     assert [p.name for p in (home / "config").iterdir()] == ["settings.json"]
+
+
+def test_a_fifo_instead_of_the_file_does_not_block(home):
+    import os
+
+    (home / "config").mkdir(parents=True)
+    os.mkfifo(home / "config" / "settings.json")
+    assert Settings.load() == Settings()

@@ -199,6 +199,8 @@ class History:
     def _read(self, path: Path) -> HistoryEntry:
         name = path.name
         try:
+            if not path.is_file():
+                raise HistoryError(f"{name} is not a regular file")
             if path.stat().st_size > MAX_JSON_BYTES:
                 raise HistoryError(f"{name} is too large for a history entry")
             record = json.loads(path.read_text(encoding="utf-8"))

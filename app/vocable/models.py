@@ -235,6 +235,8 @@ class ModelStore:
         if gguf.is_dir():
             raise ModelError(f"{gguf} is a folder; to use a downloaded Hugging Face model folder, import it "
                              "(it is converted then)")
+        if not gguf.is_file():
+            raise ModelError(f"{gguf} is not a regular file")
         meta = read_gguf_header(gguf)
         arch = meta.get("general.architecture")
         if arch != ARCH:

@@ -48,6 +48,9 @@ class Settings:
         except VocableError as e:
             log.warning("settings: %s; using the defaults", e)
             return cls()
+        if path.exists() and not path.is_file():
+            log.warning("settings: %s is not a regular file; using the defaults", path)
+            return cls()
         try:
             if path.stat().st_size > MAX_FILE_BYTES:
                 raise ValueError("the file is too large")
