@@ -30,7 +30,8 @@ def test_describe_converted_models(converted):
         path = converted(variant, weight_type)
         entry = store.describe(path)
         assert (entry.variant, entry.weight_type, entry.path) == (name, weight_type, path)
-        assert entry.size_bytes == path.stat().st_size and weight_type in entry.name
+        assert entry.size_bytes == path.stat().st_size
+        assert entry.name == f"Qwen3-TTS 12Hz {name} Base ({weight_type})"
 
 
 def test_add_converted_and_list(home, converted):

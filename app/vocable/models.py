@@ -53,7 +53,7 @@ _DOWNLOAD_FILES = re.compile(r"^(speech_tokenizer/)?[^/]+\.(json|txt|safetensors
 @dataclass(frozen=True)
 class ModelEntry:
     path: Path
-    name: str             # general.name, e.g. "Qwen3-TTS 12Hz 0b6 Base (q8_0)"
+    name: str             # general.name with the size spelt out: "Qwen3-TTS 12Hz 0.6B Base (q8_0)"
     variant: str          # "0.6B", "1.7B" or the converter's tag
     weight_type: str      # f32, f16, q8_0, q4_k
     size_bytes: int
@@ -253,9 +253,12 @@ class ModelStore:
                              "copy or download it again")
         file_type = meta.get("general.file_type")
         weight_type = FILE_TYPES.get(file_type, f"type {file_type}")
-        variant = variant_name(str(meta.get(f"{ARCH}.model_size") or ""))
-        name = meta.get("general.name") or gguf.stem
-        return ModelEntry(gguf, str(name), variant, weight_type, meta["file_size"])
+        tag = str(meta.get(f"{ARCH}.model_size") or "")
+        variant = variant_name(tag)
+        name = str(meta.get("general.name") or gguf.stem)
+        if tag:
+            name = name.replace(tag, variant)  # "Qwen3-TTS 12Hz 0b6 Base (q8_0)" -> "... 0.6B ..."
+        return ModelEntry(gguf, name, variant, weight_type, meta["file_size"])
 
     def add_converted(self, gguf: Path) -> ModelEntry:
         """Copies a converted model into the store (checked first; atomically)."""
