@@ -171,6 +171,24 @@ def test_import_errors_are_clear(tmp_path):
     assert list(store.root.iterdir()) == []
 
 
+@pytest.mark.parametrize("change", [
+    lambda c: [], lambda c: {**c, "talker_config": "oops"}, lambda c: {**c, "talker_config": {}},
+    lambda c: {**c, "talker_config": {**c["talker_config"], "hidden_size": "wide"}},
+    lambda c: {**c, "talker_config": {**c["talker_config"], "codec_language_id": [1, 2]}},
+])
+def test_a_malformed_config_is_a_clear_error(tmp_path, change):
+    import json
+
+    folder = tmp_path / "model"
+    shutil.copytree(fixture_dir("0.6b") / "model", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(change(config)))
+    store = ModelStore()
+    with pytest.raises(ModelError):
+        store.import_hf_folder(folder, "f16")
+    assert list(store.root.iterdir()) == []
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -302,6 +302,9 @@ class ModelStore:
             info = read_model_folder(folder)
         except ConversionError as e:
             raise ModelError(str(e)) from None
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a config of the wrong shape
+            raise ModelError(f"{folder} is not a usable Qwen3-TTS model folder: its configuration is malformed "
+                             f"({type(e).__name__}: {e})") from None
         checkpoint = sum(p.stat().st_size for p in folder.rglob("*.safetensors") if p.is_file())
         self._check_space(int(checkpoint * _SIZE_FACTOR[weight_type]), "convert the model")
         variant = variant_name(str(info.config.get("tts_model_size", "")))
@@ -327,6 +330,9 @@ class ModelStore:
             raise ModelError(str(e)) from None
         except OSError as e:
             raise ModelError(f"cannot write the converted model to {self.root}: {e.strerror or e}") from e
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise ModelError(f"cannot convert {folder}: its configuration or weights are malformed "
+                             f"({type(e).__name__}: {e})") from None
         try:
             entry = self.describe(out)
         except ModelError:
