@@ -29,15 +29,15 @@ DEFAULT_PREROLL_SEC = 0.25
 MAX_PREROLL_SEC = 2.0
 
 
-def _sounddevice():
-    """The sounddevice module, or AudioDeviceError saying what is missing."""
+def _sounddevice(action: str = "play audio"):
+    """The sounddevice module, or AudioDeviceError saying what is missing ("cannot <action>: ...")."""
     try:
         import sounddevice
     except ImportError as e:
-        raise AudioDeviceError("cannot play audio: the Python package 'sounddevice' is not installed "
+        raise AudioDeviceError(f"cannot {action}: the Python package 'sounddevice' is not installed "
                                "(pip install sounddevice)") from e
     except OSError as e:  # sounddevice raises OSError when it cannot load the PortAudio library
-        raise AudioDeviceError("cannot play audio: the PortAudio library is not installed "
+        raise AudioDeviceError(f"cannot {action}: the PortAudio library is not installed "
                                "(on Debian or Ubuntu: apt install libportaudio2)") from e
     return sounddevice
 
