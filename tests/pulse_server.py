@@ -65,7 +65,10 @@ def pulse(tmp_path_factory):
 
 
 class MonitorRecording:
-    """Records the monitor of the default sink (mono float32 at 24 kHz) while the block runs."""
+    """Records the monitor of the default sink (mono float32 at 24 kHz) while the block runs.
+
+    The block starts once audio flows: an idle null sink's monitor sends nothing for its first
+    ~1.5 s, and what is played meanwhile would be missing from the recording."""
 
     def __init__(self, env, rate: int = 24000):
         self.env, self.rate = env, rate
@@ -74,17 +77,20 @@ class MonitorRecording:
         self.proc = subprocess.Popen(["parec", "-d", f"{SINK}.monitor", "--raw", "--format=float32le",
                                       f"--rate={self.rate}", "--channels=1", "--latency-msec=20"],
                                      env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.data = b""
-        self._reader = threading.Thread(target=self._read)
+        self._chunks: list[bytes] = []
+        self._flowing = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        time.sleep(0.5)
+        if not self._flowing.wait(15):
+            self.proc.kill()
+            raise RuntimeError("parec recorded nothing from the null sink's monitor in 15 s")
+        time.sleep(0.2)
         return self
 
     def _read(self):
-        chunks = []
         while block := self.proc.stdout.read1(65536):
-            chunks.append(block)
-        self.data = b"".join(chunks)
+            self._chunks.append(block)
+            self._flowing.set()
 
     def __exit__(self, *exc):
         time.sleep(0.5)
@@ -93,29 +99,39 @@ class MonitorRecording:
         self.proc.wait(10)
 
     @property
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
+
+    @property
     def audio(self) -> np.ndarray:
-        return np.frombuffer(self.data[:len(self.data) // 4 * 4], dtype=np.float32)
+        data = self.data
+        return np.frombuffer(data[:len(data) // 4 * 4], dtype=np.float32)
 
 
 class Haystack:
-    """A recording to look for excerpts in, by cross-correlation (FFT, computed once)."""
+    """A recording to look for excerpts in, by normalised cross-correlation (FFT, the recording's
+    spectrum and running energy computed once)."""
 
     def __init__(self, heard: np.ndarray, longest: int):
         self.heard = np.asarray(heard, dtype=np.float64)
         self.size = 1 << (self.heard.size + longest - 1).bit_length()
         self.spectrum = np.fft.rfft(self.heard, self.size)
+        self.energy = np.concatenate(([0.0], np.cumsum(self.heard ** 2)))
 
     def find(self, needle: np.ndarray) -> tuple[int, float]:
-        """Offset of `needle` in the recording, and the normalised correlation of the match
-        (1: the same samples up to a gain)."""
+        """Offset of `needle` in the recording, and the normalised correlation there (1: the same
+        samples up to a gain). Normalised, so a quiet excerpt is found where it is, not where the
+        recording is loudest."""
         needle = np.asarray(needle, dtype=np.float64)
-        n = self.heard.size
-        corr = np.fft.irfft(self.spectrum * np.conj(np.fft.rfft(needle, self.size)), self.size)[:n]
-        corr[n - needle.size + 1:] = -np.inf  # the needle must fit
-        k = int(np.argmax(corr))
-        match = self.heard[k:k + needle.size]
-        denom = np.linalg.norm(match) * np.linalg.norm(needle)
-        return k, float(match @ needle / denom) if denom else 0.0
+        n, m = self.heard.size, needle.size
+        if m > n:
+            return 0, 0.0
+        corr = np.fft.irfft(self.spectrum * np.conj(np.fft.rfft(needle, self.size)), self.size)[:n - m + 1]
+        local = self.energy[m:] - self.energy[:n - m + 1]
+        scale = np.sqrt(np.maximum(local, 0.0) * float(needle @ needle))
+        ncc = np.divide(corr, scale, out=np.zeros_like(corr), where=scale > 1e-9 * m)
+        k = int(np.argmax(ncc))
+        return k, float(ncc[k])
 
 
 def offsets_of_windows(heard: np.ndarray, sent: np.ndarray, window: int, hop: int,

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import fixture_dir
+from pulse_server import MonitorRecording, offsets_of_windows, pulse  # noqa: F401 (a fixture)
 from vocable import playback
 from vocable.errors import AudioDeviceError
 from vocable.playback import StreamPlayer
@@ -51,6 +50,7 @@ class FakeSoundDevice:
                 self.samplerate, self.device = samplerate, device
                 self.callback, self.finished_callback = callback, finished_callback
                 self.active = self.closed = False
+                self.latency = 0.05
                 fake.streams.append(self)
 
             def start(self):
@@ -149,10 +149,17 @@ def test_finish_plays_out_then_stops(fake):
     player.write(ramp(0, 5000))
     assert not player.wait(timeout=0)
     player.finish()  # less than the pre-roll: plays anyway
-    got = [pull(stream, 2048) for _ in range(3)]
-    np.testing.assert_array_equal(np.concatenate(got)[:5000], ramp(0, 5000))
-    assert not np.concatenate(got)[5000:].any()
-    assert pull(stream, 2048) is None and player.wait(timeout=1) and stream.closed
+    got = []
+    while (block := pull(stream, 2048)) is not None:
+        got.append(block)
+    out = np.concatenate(got)
+    np.testing.assert_array_equal(out[:5000], ramp(0, 5000))
+    # then silence for the device's latency (0.05 s here) and FLUSH_SEC more, so that the last
+    # samples are through the device's buffer before the stream stops
+    assert not out[5000:].any()
+    flush = round((0.05 + playback.FLUSH_SEC) * 24000)
+    assert 5000 + flush <= out.size < 5000 + flush + 2048
+    assert player.wait(timeout=1) and stream.closed
     assert player.underruns == 0
     with pytest.raises(RuntimeError, match="after finish"):
         player.write(ramp(0, 10))
@@ -239,81 +246,7 @@ def test_writer_and_callback_threads(fake):
     np.testing.assert_array_equal(got, ramp(0, total))
 
 
-# -- real playback through PulseAudio's null sink ----------------------------------------------------
-
-SINK = "vocable_null"
-
-
-@pytest.fixture(scope="module")
-def pulse(tmp_path_factory):
-    """A private PulseAudio server with a 24 kHz mono null sink; yields the environment that
-    points clients at it."""
-    server, parec = shutil.which("pulseaudio"), shutil.which("parec")
-    if not server or not parec:
-        pytest.skip("needs pulseaudio and parec (apt install pulseaudio pulseaudio-utils)")
-    runtime = tmp_path_factory.mktemp("pulse")
-    runtime.chmod(0o700)
-    socket = runtime / "native"
-    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), HOME=str(runtime), PULSE_SERVER=f"unix:{socket}",
-               PULSE_SINK=SINK)
-    log = open(runtime / "server.log", "w")
-    proc = subprocess.Popen([server, "-n", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no",
-                             "--disallow-module-loading=no", "-L", f"module-null-sink sink_name={SINK} rate=24000 "
-                             "channels=1", "-L", f"module-native-protocol-unix socket={socket} auth-anonymous=1"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        if socket.exists() and subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode == 0:
-            break
-        time.sleep(0.1)
-    else:
-        proc.kill()
-    if proc.poll() is not None:
-        log.close()
-        pytest.skip("pulseaudio did not start: " + (runtime / "server.log").read_text()[-500:])
-    yield env
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
-
-
-class Recorder:
-    """Records the null sink's monitor (mono float32 at 24 kHz) while the block runs."""
-
-    def __init__(self, env):
-        self.env = env
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(["parec", "-d", f"{SINK}.monitor", "--raw", "--format=float32le",
-                                      "--rate=24000", "--channels=1", "--latency-msec=20"],
-                                     env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.data = b""
-        self._reader = threading.Thread(target=self._read)
-        self._reader.start()
-        time.sleep(0.5)
-        return self
-
-    def _read(self):
-        chunks = []
-        while block := self.proc.stdout.read1(65536):
-            chunks.append(block)
-        self.data = b"".join(chunks)
-
-    def __exit__(self, *exc):
-        time.sleep(0.5)
-        self.proc.terminate()
-        self._reader.join(10)
-        self.proc.wait(10)
-
-    @property
-    def audio(self) -> np.ndarray:
-        return np.frombuffer(self.data[:len(self.data) // 4 * 4], dtype=np.float32)
-
+# -- real playback through PulseAudio's null sink (tests/pulse_server.py) ----------------------------
 
 PLAY_CHIRP = textwrap.dedent("""
     import json, sys, time
@@ -347,22 +280,23 @@ def dominant_frequencies(x: np.ndarray, rate: int = 24000, window: int = 1200) -
 
 
 def test_chunks_reach_the_speaker_in_order(pulse):
-    with Recorder(pulse) as rec:
+    with MonitorRecording(pulse) as rec:
         proc = subprocess.run([sys.executable, "-c", PLAY_CHIRP], env=pulse, capture_output=True, text=True,
                               timeout=60)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] and report["underruns"] == 0 and report["played"] == pytest.approx(1.5)
     track = dominant_frequencies(rec.audio)
-    # ~1.5 s of sound (a few ms may be lost as the sink wakes up), sweeping up without a jump back
-    assert 26 <= len(track) <= 31, track
+    # 1.5 s of sound (30 windows of 50 ms, one more or less where the windows cut the ends),
+    # sweeping up without a jump back
+    assert 29 <= len(track) <= 31, track
     assert track[0] < 320 and track[-1] > 1250, track
     assert all(b >= a - 20 for a, b in zip(track, track[1:])), track
 
 
 def test_cli_say_plays_what_it_writes(pulse, converted, tmp_path):
     out = tmp_path / "said.wav"
-    with Recorder(pulse) as rec:
+    with MonitorRecording(pulse) as rec:
         proc = subprocess.run([sys.executable, "-m", "vocable", "say", "--model", str(converted("0.6b", "f32")),
                                "--ref", str(fixture_dir("0.6b") / "reference" / "ref_24k.wav"),
                                "--text", "Hello world, this is a test.", "--max-frames", "25", "--seed", "3",
@@ -384,3 +318,61 @@ def test_cli_say_plays_what_it_writes(pulse, converted, tmp_path):
         assert float(match @ piece / (np.linalg.norm(match) * np.linalg.norm(piece))) > 0.98
         offsets.append(k - int(start * written.size))
     assert max(offsets) - min(offsets) <= 2, offsets
+
+
+PLAY_SYNTHESIS = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from vocable import Engine
+    from vocable.audio_io import read_audio
+    from vocable.playback import StreamPlayer
+    model, ref, out = sys.argv[1:4]
+    with Engine(model, threads=2) as engine:
+        voice = engine.embed_voice(*read_audio(ref))
+        chunks = []
+        with StreamPlayer(engine.sample_rate) as player:   # the app's defaults: pre-roll and all
+            with engine.synthesize("Hello world, this is a streamed test of the player.", voice, seed=11,
+                                   max_frames=50) as stream:
+                for chunk in stream:
+                    chunks.append(chunk.copy())
+                    player.write(chunk)
+                result = stream.result()
+            player.finish()
+            ok = player.wait(60)
+        sent = np.concatenate(chunks)
+        np.save(out, sent)
+        print(json.dumps({"ok": ok, "underruns": player.underruns, "chunks": len(chunks),
+                          "played": player.played_seconds, "rate": engine.sample_rate,
+                          "whole": bool(np.array_equal(sent, result.audio)), "rtf": result.real_time_factor}))
+""")
+
+
+def test_synthesis_stream_plays_whole_in_order(pulse, converted, tmp_path):
+    """A synthesis streamed through the player comes out of the sink whole: every 100 ms of it
+    is found in the recording at one and the same offset (no gap, no reordering, no drift of
+    the rate), and nothing else sounds around it."""
+    sent_path = tmp_path / "sent.npy"
+    with MonitorRecording(pulse) as rec:
+        proc = subprocess.run([sys.executable, "-c", PLAY_SYNTHESIS, str(converted("0.6b", "q8_0")),
+                               str(fixture_dir("0.6b") / "reference" / "ref_24k.wav"), str(sent_path)],
+                              env=pulse, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    sent, heard = np.load(sent_path), rec.audio
+    assert report["ok"] and report["whole"] and report["rate"] == 24000 and report["chunks"] > 2, report
+    assert report["played"] == pytest.approx(sent.size / 24000), report
+    # the player never waited for audio (the tiny model runs far faster than real time), so the
+    # stream went out without a pause: one offset for all of it
+    assert report["underruns"] == 0, report
+    assert sent.size >= 2 * 24000, sent.size
+    found = offsets_of_windows(heard, sent, window=2400, hop=2400)
+    assert len(found) >= 0.9 * (sent.size // 2400), (len(found), sent.size)
+    assert found[0][0] == 0 and found[-1][0] >= sent.size - 2 * 2400, found  # from the start to the end
+    assert min(c for _, _, c in found) > 0.98, found
+    shifts = [k for _, k, _ in found]
+    assert max(shifts) - min(shifts) <= 1, shifts
+    # the sink heard nothing but the stream: silence before and after it
+    k = int(np.median(shifts))
+    assert 0 < k and k + sent.size < heard.size, (k, heard.size)
+    assert np.abs(heard[:k]).max() < 1e-3 and np.abs(heard[k + sent.size:]).max() < 1e-3
+    np.testing.assert_allclose(heard[k:k + sent.size], sent, atol=2e-3)

@@ -27,6 +27,11 @@ from .errors import AudioDeviceError
 
 DEFAULT_PREROLL_SEC = 0.25
 MAX_PREROLL_SEC = 2.0
+# After the last sample, the stream plays silence for its output latency and this much more
+# before it stops: PortAudio ends a stream without waiting for the device's buffer to play out
+# (through ALSA and PulseAudio the last 30 ms, one device latency, were lost: the test that
+# records the null sink's monitor found the end of every stream missing).
+FLUSH_SEC = 0.1
 
 
 def _sounddevice(action: str = "play audio"):
@@ -108,6 +113,7 @@ class StreamPlayer:
         self._max_preroll = int(round(max_preroll_sec * rate))
         self._buffering = True      # waiting for the pre-roll before playing
         self._finishing = False     # finish() called: play out what is left, then stop
+        self._flush = 0             # silence still to play after the last sample, once finishing
         self._stopped = False
         self._done = threading.Event()
         self._played = 0            # device-rate samples played from the buffer
@@ -149,6 +155,9 @@ class StreamPlayer:
                 if tail.size:
                     self._chunks.append(tail)
                     self._buffered += tail.size
+            latency = getattr(self._stream, "latency", 0.0)
+            latency = float(latency) if isinstance(latency, (int, float)) else 0.0
+            self._flush = int(round((latency + FLUSH_SEC) * self.device_rate))
             self._finishing = True
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -230,7 +239,10 @@ class StreamPlayer:
             if n < frames:
                 out[n:] = 0
                 if self._finishing:
-                    raise self._sd.CallbackStop  # what is in outdata still plays
+                    self._flush -= frames - n
+                    if self._flush <= 0:
+                        raise self._sd.CallbackStop  # what is in outdata still plays
+                    return
                 self.underruns += 1
                 self._buffering = True
                 self._preroll = min(max(2 * self._preroll, 1), self._max_preroll)
