@@ -143,7 +143,7 @@ def test_clipping(speech):
     x, rate = speech
     hot = np.clip(4 * x, -1, 1)  # 12 dB too loud: the peaks flattened at full scale
     check = check_reference(hot, rate)
-    expected = clipped_samples(hot)
+    expected = clipped_samples(hot, rate)
     assert expected > 100
     assert check.warnings == [f"clipping: {expected} samples ({1000 * expected / rate:.0f} ms) are at full scale, "
                               "so the voice is distorted and the clone copies it; record again with the input "
@@ -153,6 +153,11 @@ def test_clipping(speech):
     assert any(w.startswith("clipping") for w in check_reference(pcm, rate).warnings)
     # speech normalised to exactly full scale touches it at single samples: no clipping
     assert check_reference(x / np.abs(x).max(), rate).warnings == []
+    # a 200 Hz tone peaking at full scale is not clipped; the same tone 6 dB too hot is, at any rate
+    for r in (24000, 48000):
+        assert check_reference(sine(3, r, 200, 1.0), r).warnings[0].startswith("mostly silence")  # (a steady tone)
+        assert len(check_reference(sine(3, r, 200, 1.0), r).warnings) == 1
+        assert check_reference(np.clip(sine(3, r, 200, 2.0), -1, 1), r).warnings[0].startswith("clipping")
 
 
 def test_clip_runs():
@@ -165,6 +170,7 @@ def test_clip_runs():
     stereo = np.stack([x, np.zeros_like(x)], axis=1)
     stereo[80:85, 1] = 1.0
     assert clipped_samples(stereo) == CLIP_RUN + 15
+    assert clipped_samples(stereo, 48000) == 10  # runs as long in time: 6 samples at 48 kHz
 
 
 def test_too_quiet(speech):

@@ -48,8 +48,9 @@ TRIM_MARGIN_SECONDS = 0.100
 GOOD_SECONDS = 3.0
 # A full-scale sample is within 0.01 dB of the largest value (int16 32767 reads as 1.0, a
 # float device gives 32767/32768 = 0.99997). One such sample is a loud but fine peak; a run of
-# 3 or more in a row is a flattened wave top, that is clipping: a waveform that really peaks
-# there stays above 0.999 for 3 samples only below ~100 Hz at 24 kHz, under any voice's pitch.
+# 3 or more in a row (at 24 kHz; 0.125 ms, so 6 at 48 kHz) is a flattened wave top, that is
+# clipping: a waveform that really peaks there stays above 0.999 that long only below ~100 Hz,
+# under any voice's pitch.
 FULL_SCALE = 0.999
 CLIP_RUN = 3
 # Speech recorded at a sensible level peaks between -12 and -3 dBFS. A peak under -30 dBFS is
@@ -105,8 +106,10 @@ def speech_threshold(levels: np.ndarray) -> float:
     return max(floor + ABOVE_FLOOR_DB, float(levels.max()) - BELOW_LOUDEST_DB)
 
 
-def clipped_samples(x: np.ndarray) -> int:
-    """Samples (frames, for [n, channels]) inside runs of CLIP_RUN or more at full scale in any channel."""
+def clipped_samples(x: np.ndarray, rate: int = ENGINE_RATE) -> int:
+    """Samples (frames, for [n, channels]) inside runs at full scale, in any channel, of at least
+    CLIP_RUN samples at 24 kHz (as long in time at other rates)."""
+    run = max(CLIP_RUN, int(round(CLIP_RUN * rate / ENGINE_RATE)))
     x2 = x.reshape(x.shape[0], -1)
     clipped = np.zeros(x2.shape[0], dtype=bool)
     for ch in range(x2.shape[1]):
@@ -116,7 +119,7 @@ def clipped_samples(x: np.ndarray) -> int:
         edges = np.diff(np.concatenate(([0], full.view(np.int8), [0])))
         starts, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0]
         for s, e in zip(starts, ends):
-            if e - s >= CLIP_RUN:
+            if e - s >= run:
                 clipped[s:e] = True
     return int(np.count_nonzero(clipped))
 
@@ -177,7 +180,7 @@ def check_reference(samples: np.ndarray, sample_rate: int, trim: bool = True) ->
         notes.append(f"trimmed {trimmed_start:.2f} s of silence at the start and {trimmed_end:.2f} s at the end")
 
     used = kept[:int(MAX_REFERENCE_SECONDS * rate)]
-    n_clipped = clipped_samples(used)
+    n_clipped = clipped_samples(used, rate)
     peak_db = _db(float(np.max(np.abs(out))))
     rms_db = _db(float(np.sqrt(np.mean(out.astype(np.float64) ** 2))))
     speech_ratio = float(np.mean(frame_levels(out, ENGINE_RATE) > threshold))
