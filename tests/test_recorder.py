@@ -1,11 +1,12 @@
 """Recording: the recorder driven through a stand-in for PortAudio (mixdown, levels, elapsed time,
 stop, the automatic stop, a device that fails or vanishes, missing PortAudio), then a real
 recording from a PulseAudio source fed a known signal (tests/pulse_server.py; skipped only where
-pulseaudio is not installed or does not start)."""
+pulseaudio is not installed or does not start), and the error without any sound server."""
 from __future__ import annotations
 
 import builtins
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -307,7 +308,7 @@ def test_device_errors(monkeypatch):
     with pytest.raises(AudioDeviceError, match=r"cannot record from 'USB Mic': Device unavailable \(it may be "
                                                r"in use by another program\)"):
         rec.start()
-    assert not rec.running
+    assert not rec.running and rec.wait(0)
     with pytest.raises(ValueError):
         Recorder(max_seconds=0)
 
@@ -409,3 +410,36 @@ def test_records_what_the_source_plays(pulse, tmp_path):
     assert max(levels) == pytest.approx(-6.0, abs=1.5) and min(levels) < -60
     assert report["reasons"] == ["stopped", "max length"] and report["ended"]
     assert report["short"] == round(0.5 * report["short_rate"])
+
+
+NO_DEVICE = textwrap.dedent("""
+    import json
+    import sounddevice
+    from vocable.errors import AudioDeviceError
+    from vocable.playback import StreamPlayer
+    from vocable.recorder import Recorder, input_devices
+    out = {"devices": len(sounddevice.query_devices()), "inputs": input_devices()}
+    for name, make in (("record", lambda: Recorder().start()), ("play", lambda: StreamPlayer(24000))):
+        try:
+            make()
+        except AudioDeviceError as e:
+            out[name] = str(e)
+    print(json.dumps(out))
+""")
+
+
+def test_no_sound_server_is_a_clear_error(tmp_path):
+    """Without any sound server (and no sound card, as on CI), PortAudio sees no device: both
+    directions say so in words, so the app can disable recording and playback with a reason."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = dict(os.environ, PULSE_SERVER=f"unix:{runtime / 'no-such-socket'}", XDG_RUNTIME_DIR=str(runtime),
+               HOME=str(runtime))
+    proc = subprocess.run([sys.executable, "-c", NO_DEVICE], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    if report["devices"]:
+        pytest.skip(f"this machine has sound hardware PortAudio reaches without a server ({report})")
+    assert report["inputs"] == []
+    assert report["record"].startswith("cannot record audio: no microphone or other audio input device was found")
+    assert report["play"].startswith("cannot play audio: no audio output device was found")

@@ -180,6 +180,7 @@ class Recorder:
         except (sd.PortAudioError, ValueError) as e:
             with self._lock:
                 self._running = False
+            self._ended.set()
             self._close_stream()
             raise AudioDeviceError(f"cannot record from '{self.device_name}': {e}" + _hint(str(e))) from e
         if self.stall_seconds:
@@ -192,8 +193,8 @@ class Recorder:
         with self._lock:
             notify = self._running
             if notify:
-                self._running = False
                 self.stop_reason = STOPPED
+                self._running = False
         self._close_stream()
         self._ended.set()
         if notify:
@@ -235,8 +236,8 @@ class Recorder:
         with self._lock:
             if not self._running:
                 return
+            self.stop_reason = reason   # before running turns False: a poller sees the reason
             self._running = False
-            self.stop_reason = reason
             stream = self._stream
         self._ended.set()
         if reason != MAX_LENGTH:
