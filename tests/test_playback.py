@@ -1,6 +1,8 @@
 """Streaming playback: the jitter buffer driven through a stand-in for PortAudio (pre-roll, order,
 underruns, finish, stop, resampling, device errors), then real playback into a PulseAudio null
-sink whose monitor is recorded back (skipped where pulseaudio is not installed; CI installs it)."""
+sink whose monitor is recorded back (tests/pulse_server.py; skipped where pulseaudio is not
+installed or does not start; CI installs it): a chirp, the CLI's `say --play`, and a synthesized
+stream from the tiny model, found whole by cross-correlation."""
 from __future__ import annotations
 
 import builtins
@@ -9,8 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
