@@ -157,6 +157,29 @@ def _cmd_say(args) -> int:
     return 0
 
 
+def _display_problem() -> str | None:
+    """Why no window can open here, or None: Qt would abort the process without a display."""
+    import os
+    if sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM"):
+        if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            return ("no display to open the window on (neither DISPLAY nor WAYLAND_DISPLAY is set); "
+                    "run it in a desktop session, or see `vocable --help` for the command line")
+    return None
+
+
+def _cmd_gui(args) -> int:
+    problem = _display_problem()
+    if problem:
+        raise VocableError(problem)
+    try:
+        from .gui.app import run
+    except ImportError as e:
+        raise VocableError(f"the desktop app needs PySide6 ({e}); pip install PySide6-Essentials") from e
+    selftest = tuple(args.selftest) if getattr(args, "selftest", None) else None
+    return run(selftest=selftest, out=getattr(args, "out", None), text=getattr(args, "text", None),
+               verbose=args.verbose)
+
+
 def _cmd_bench(args) -> int:
     from .bench import run_bench
     return run_bench(args)
@@ -203,6 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int)
     s.set_defaults(func=_cmd_say)
 
+    g = sub.add_parser("gui", help="open the desktop app (also what `vocable` alone does)")
+    g.add_argument("--selftest", nargs=2, metavar=("MODEL", "REF_AUDIO"),
+                   help="open the window, clone REF_AUDIO's voice with MODEL through the same code path as a "
+                        "click, save the result and exit (0: it worked)")
+    g.add_argument("--out", help="where --selftest saves the speech (default: vocable-selftest.wav)")
+    g.add_argument("--text", help="what --selftest says")
+    g.set_defaults(func=_cmd_gui)
+
     b = sub.add_parser("bench", help="time the engine against the PyTorch reference on random real-size weights")
     b.add_argument("--threads", type=int, default=2)
     b.add_argument("--ref-seconds", type=float, default=10.0)
@@ -219,10 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    if args.command not in (None, "gui"):  # the app logs into its log folder (gui/app.py)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     if not args.command:
-        parser.print_help()
-        return 0
+        args.func = _cmd_gui  # `vocable` alone opens the window
     try:
         return args.func(args)
     except VocableError as e:

@@ -1,0 +1,415 @@
+"""The desktop app, driven offscreen through its real main window (pytest-qt) on the tiny test
+model: dropping a reference, generating (Ctrl+Enter), stopping midway, saving a voice and
+finding it after a restart, replaying and exporting from the history, the first launch without
+a model, running without any audio device, recording (through a stand-in recorder), and
+`vocable gui --selftest`. Every test has its own VOCABLE_HOME, so no real user folder is touched."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+import soundfile as sf  # noqa: E402
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
+from PySide6.QtWidgets import (QAbstractButton, QAbstractSpinBox, QApplication, QComboBox, QFileDialog, QInputDialog,  # noqa: E402
+                               QLineEdit, QListWidget, QMessageBox, QPlainTextEdit, QSpinBox, QDoubleSpinBox,
+                               QWidget)
+
+from conftest import fixture_dir  # noqa: E402
+
+REF = fixture_dir("0.6b") / "reference" / "ref_24k.wav"
+LONG_TEXT = " ".join(["This sentence is here to make the speech run long enough to stop it midway."] * 12)
+WAIT_MS = 120_000
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A private VOCABLE_HOME, no audio devices (unless a test asks), no network."""
+    monkeypatch.setenv("VOCABLE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("VOCABLE_NO_AUDIO", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def model(converted):
+    return converted("0.6b", "f32")
+
+
+def set_model(path: Path) -> None:
+    from vocable.settings import Settings
+    s = Settings.load()
+    s.model_path = str(path)
+    s.save()
+
+
+@pytest.fixture
+def open_window(qtbot):
+    """open_window() -> a shown MainWindow on a fresh Controller, started; closed at the end."""
+    from vocable.gui.main_window import MainWindow
+    windows = []
+
+    def make(wait_model: bool = True):
+        w = MainWindow()
+        qtbot.addWidget(w)
+        w.show()
+        w.c.start()
+        if wait_model:
+            qtbot.waitUntil(lambda: w.c.model_status in ("ready", "error", "none"), timeout=WAIT_MS)
+            assert w.c.model_status == "ready", w.last_error
+        windows.append(w)
+        return w
+
+    yield make
+    for w in windows:
+        w.close()
+
+
+def drop(widget, *paths: Path) -> None:
+    """A real drag enter and drop with file URLs, as a file manager sends them."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    pos = QPointF(widget.width() / 2, widget.height() / 2)
+    enter = QDragEnterEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    QApplication.sendEvent(widget, enter)
+    assert enter.isAccepted()
+    QApplication.sendEvent(widget, QDropEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+
+
+def load_reference(qtbot, w, path: Path = REF) -> None:
+    with qtbot.waitSignal(w.c.reference_changed, timeout=WAIT_MS):
+        drop(w, path)
+    assert w.c.reference is not None
+
+
+def generate(qtbot, w, text: str = "Hello there.", **advanced) -> None:
+    w.speak.text.setPlainText(text)
+    if advanced:
+        w.speak.advanced.setChecked(True)
+        if "seed" in advanced:
+            w.speak.seed.setText(str(advanced["seed"]))
+        if "greedy" in advanced:
+            w.speak.greedy.setChecked(advanced["greedy"])
+    with qtbot.waitSignal(w.c.result_ready, timeout=WAIT_MS, check_params_cb=lambda r: r is not None):
+        w.speak.text.setFocus()
+        qtbot.keyClick(w.speak.text, Qt.Key_Return, Qt.ControlModifier)
+        assert w.c.is_generating or w.c.result is not None
+
+
+def answer_save(monkeypatch, path: Path) -> None:
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(path), "")))
+
+
+# -- first launch -------------------------------------------------------------------------------------------
+
+def test_no_model_shows_the_setup_screen_and_offline_download_says_so(qtbot, home, open_window, monkeypatch):
+    w = open_window(wait_model=False)
+    assert w.stack.currentWidget() is w.setup
+    for key in ("pick", "import", "download"):
+        assert w.setup.buttons[key].isEnabled() and w.setup.buttons[key].accessibleName()
+    # no network: a clear message, fast (HF_HUB_OFFLINE here; an unreachable host says "cannot reach")
+    with qtbot.waitSignal(w.c.model_task, timeout=30_000, check_params_cb=lambda s, f, t: s == "failed"):
+        w.setup.buttons["download"].click()
+    assert "HF_HUB_OFFLINE" in w.setup.task.text() or "cannot reach" in w.setup.task.text()
+    assert w.stack.currentWidget() is w.setup and w.setup.buttons["download"].isEnabled()
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    with qtbot.waitSignal(w.c.model_task, timeout=30_000, check_params_cb=lambda s, f, t: s == "failed"):
+        w.setup.buttons["download"].click()
+    assert "cannot reach" in w.setup.task.text()
+
+
+def test_import_a_hugging_face_folder_cancel_then_convert(qtbot, home, open_window, monkeypatch):
+    w = open_window(wait_model=False)
+    folder = fixture_dir("0.6b") / "model"
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(folder)))
+    w.setup.weight_type.setCurrentIndex(w.setup.weight_type.findData("f16"))
+    with qtbot.waitSignal(w.c.model_task, timeout=WAIT_MS, check_params_cb=lambda s, f, t: s == "cancelled"):
+        w.setup.buttons["import"].click()
+        assert w.setup.cancel_button.isVisible()
+        w.setup.cancel_button.click()
+    assert not list((home / "data" / "models").glob("*.gguf"))
+
+    states = []
+    w.c.model_task.connect(lambda s, f, t: states.append((s, f)))
+    with qtbot.waitSignal(w.c.model_state, timeout=WAIT_MS, check_params_cb=lambda s, t: s == "ready"):
+        w.setup.buttons["import"].click()
+    assert states[-1][0] == "finished" and any(0 < f < 1 for s, f in states if s == "running")
+    assert w.stack.currentWidget() is w.main_page
+    assert len(list((home / "data" / "models").glob("*.gguf"))) == 1
+    assert w.speak.language.count() > 1 and w.speak.language.itemText(0) == "auto"
+
+
+# -- the main path ------------------------------------------------------------------------------------------
+
+def test_drop_generate_and_save(qtbot, home, model, open_window, tmp_path, monkeypatch):
+    set_model(model)
+    w = open_window()
+    assert w.stack.currentWidget() is w.main_page
+    languages = [w.speak.language.itemText(i) for i in range(w.speak.language.count())]
+    assert languages[0] == "auto" and "english" in languages
+
+    load_reference(qtbot, w)
+    assert w.c.reference_player.samples.size > 24000
+    assert "ref_24k" in w.reference.name.text()
+    assert "x-vector" in w.reference.mode.text() and "no transcript" in w.reference.mode.text()
+    qtbot.keyClicks(w.reference.transcript, "Okay. Yeah.")
+    assert "In-context" in w.reference.mode.text()
+    assert w.c.clone_mode()[0] == "in-context"
+
+    chunks = []
+    w.c.result_player.samples_changed.connect(lambda: chunks.append(w.c.result_player.samples.size))
+    generate(qtbot, w, "Hello there, how are you?", seed=7)
+    result = w.c.result
+    assert result.mode == "in-context" and result.seed == 7
+    assert w.c.result_player.samples.size == result.audio.size > 0
+    assert len(chunks) >= 2 and chunks[-1] == result.audio.size   # it streamed in
+    assert "real-time factor" in w.speak.progress.text() and "first audio" in w.speak.progress.text()
+    assert w.speak.generate_button.isEnabled() and not w.speak.stop_button.isEnabled()
+    assert w.history.list.count() == 1
+
+    for ext in ("wav", "flac", "ogg", "mp3"):
+        out = tmp_path / f"speech.{ext}"
+        answer_save(monkeypatch, out)
+        w.result.save_button.click()
+        if ext == "mp3" and "MP3" not in sf.available_formats():
+            assert "MP3" in w.last_error[1]
+            continue
+        data, rate = sf.read(str(out))
+        assert rate == 24000 and abs(data.shape[0] - result.audio.size) < 2000, ext
+    from vocable.settings import Settings
+    assert Settings.load().export_dir == str(tmp_path)
+
+
+def test_stop_midway(qtbot, home, model, open_window):
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    w.speak.text.setPlainText(LONG_TEXT)
+    ended = []
+    w.c.generating.connect(lambda on: ended.append(on))
+    w.speak.generate_button.click()
+    assert w.speak.stop_button.isEnabled()
+    qtbot.waitUntil(lambda: w.c.result_player.samples.size > 0, timeout=WAIT_MS)
+    w.speak.stop_button.click()
+    qtbot.waitUntil(lambda: not w.c.is_generating, timeout=5_000)  # at once: within a frame
+    assert ended == [True, False]
+    assert w.c.result is None and "stopped after" in w.speak.progress.text()
+    assert w.history.list.count() == 0
+    assert w.speak.generate_button.isEnabled()
+    generate(qtbot, w, "Short again.")   # the engine is usable after a stop
+    assert w.c.result.audio.size > 0
+
+
+def test_voice_library_survives_a_restart(qtbot, home, model, open_window, monkeypatch, tmp_path):
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    w.reference.transcript.setText("Okay. Yeah.")
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("Ada — narratrice", True)))
+    with qtbot.waitSignal(w.c.library_changed, timeout=WAIT_MS):
+        w.reference.save_button.click()
+    assert w.library.list.count() == 1
+    w.close()
+
+    w2 = open_window()
+    assert w2.library.list.count() == 1
+    item = w2.library.list.item(0)
+    assert item.text().startswith("Ada — narratrice")
+    w2.library.list.setCurrentItem(item)
+    w2.library.use_button.click()
+    assert w2.c.reference.library_id is not None
+    assert w2.reference.transcript.text() == "Okay. Yeah."
+    assert "In-context" in w2.reference.mode.text()
+    generate(qtbot, w2, "From the library.")
+    assert w2.c.result.mode == "in-context"
+
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("Ada 2", True)))
+    w2.library.rename_button.click()
+    assert w2.library.list.item(0).text().startswith("Ada 2")
+    exported = tmp_path / "ada.safetensors"
+    answer_save(monkeypatch, exported)
+    w2.library.export_button.click()
+    assert exported.is_file()
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(lambda *a, **k: QMessageBox.Yes))
+    w2.library.delete_button.click()
+    assert w2.library.list.count() == 0
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(exported), "")))
+    w2.library.import_button.click()
+    assert w2.library.list.count() == 1
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x80\x04not a voice")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(bad), "")))
+    w2.library.import_button.click()
+    assert w2.messages.isVisible() and w2.library.list.count() == 1
+
+
+def test_history_replay_export_delete(qtbot, home, model, open_window, monkeypatch, tmp_path):
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    generate(qtbot, w, "First one.", seed=1)
+    first = w.c.result.audio.copy()
+    generate(qtbot, w, "Second one.", seed=2)
+    assert w.history.list.count() == 2
+    w.close()
+
+    w = open_window()  # the history is on disk
+    assert w.history.list.count() == 2
+    assert w.history.list.item(1).text().startswith("First one.")
+    w.history.list.setCurrentRow(1)
+    w.history.replay_button.click()
+    replayed = w.c.result_player.samples
+    assert replayed.size == first.size and np.max(np.abs(replayed - first)) < 1e-3  # 16-bit FLAC
+    assert "history" in w.result.info.text().lower()
+    out = tmp_path / "first.ogg"
+    answer_save(monkeypatch, out)
+    w.history.export_button.click()
+    assert sf.info(str(out)).frames > 0
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(lambda *a, **k: QMessageBox.Yes))
+    w.history.delete_button.click()
+    assert w.history.list.count() == 1 and w.history.list.item(0).text().startswith("Second one.")
+
+
+# -- audio devices ----------------------------------------------------------------------------------------------
+
+def test_without_any_audio_device(qtbot, home, model, open_window, monkeypatch, tmp_path):
+    monkeypatch.delenv("VOCABLE_NO_AUDIO")
+    monkeypatch.setitem(sys.modules, "sounddevice", None)  # as if PortAudio / sounddevice were missing
+    set_model(model)
+    w = open_window()
+    assert not w.c.audio.output and not w.c.audio.input
+    assert not w.reference.record_button.isEnabled()
+    assert "sounddevice" in w.reference.record_button.toolTip()
+    note = w.reference.device_note.text()
+    assert "Recording is off" in note and "Playback is off" in note and "still work" in note
+    load_reference(qtbot, w)
+    assert not w.reference.wave.button.isEnabled()
+    assert "Playback is off" in w.reference.wave.button.toolTip()
+    generate(qtbot, w, "No speakers here.")
+    assert w.c.result.audio.size > 0
+    out = tmp_path / "quiet.wav"
+    answer_save(monkeypatch, out)
+    w.result.save_button.click()
+    assert out.is_file()
+    w.c.start_recording()  # refused with the reason, no crash
+    assert "sounddevice" in w.last_error[1]
+
+
+class FakeRecorder:
+    """Stands in for recorder.Recorder: 'records' a 220 Hz tone, reaching its maximum length."""
+    instances: list = []
+
+    def __init__(self, device=None, max_seconds=30.0, on_level=None, on_stopped=None, **_):
+        self.max_seconds = 2.0
+        self.on_stopped = on_stopped
+        self.sample_rate, self.device_name, self.level_db = 48000, "Fake microphone", -100.0
+        self._started = None
+        FakeRecorder.instances.append(self)
+
+    def start(self):
+        import time
+        self._started = time.monotonic()
+
+    @property
+    def elapsed(self):
+        import time
+        return min(time.monotonic() - self._started, self.max_seconds)
+
+    @property
+    def running(self):
+        if self.elapsed >= self.max_seconds:
+            if self.on_stopped:
+                self.on_stopped("max length")
+                self.on_stopped = None
+            return False
+        self.level_db = -6.0
+        return True
+
+    def stop(self):
+        t = np.arange(int(self.elapsed * self.sample_rate)) / self.sample_rate
+        return (0.5 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), self.sample_rate
+
+
+def test_recording_shows_level_and_stops_by_itself(qtbot, home, model, open_window, monkeypatch):
+    import vocable.gui.controller as controller
+    import vocable.recorder as recorder
+    monkeypatch.setattr(recorder, "Recorder", FakeRecorder)
+    monkeypatch.setattr(controller, "query_audio_devices",
+                        lambda: controller.AudioAvailability(output=False, input=True, inputs=["Fake microphone"],
+                                                             output_reason="test"))
+    set_model(model)
+    w = open_window()
+    assert w.reference.record_button.isEnabled()
+    levels = []
+    w.c.record_level.connect(lambda db, t: levels.append((db, t)))
+    with qtbot.waitSignal(w.c.reference_changed, timeout=10_000):
+        w.reference.record_button.click()
+        assert w.c.is_recording and w.reference.meter.isVisible()
+    assert not w.c.is_recording and not w.reference.meter.isVisible()
+    assert levels and max(db for db, _ in levels) == -6.0 and levels[-1][1] > 1.0
+    assert w.c.reference.name.startswith("recording") and 1.5 < w.c.reference.seconds <= 2.05
+
+
+# -- errors, keyboard ----------------------------------------------------------------------------------------------
+
+def test_a_bad_drop_shows_an_error_and_the_app_goes_on(qtbot, home, model, open_window, tmp_path):
+    set_model(model)
+    w = open_window()
+    junk = tmp_path / "notes.wav"
+    junk.write_text("this is not audio")
+    with qtbot.waitSignal(w.c.error, timeout=WAIT_MS):
+        drop(w, junk)
+    assert w.messages.isVisible() and "not a readable audio file" in w.messages.text()
+    assert w.c.reference is None
+    drop(w.speak.text, REF)  # the text box lets file drops through to the window
+    qtbot.waitUntil(lambda: w.c.reference is not None, timeout=WAIT_MS)
+    assert w.speak.text.toPlainText() == ""
+    w.speak.text.setPlainText("")
+    w.generate()
+    assert "empty" in w.last_error[1]
+
+
+def test_controls_have_accessible_names(home, model, open_window):
+    set_model(model)
+    w = open_window()
+    w.speak.advanced.setChecked(True)
+    kinds = (QAbstractButton, QLineEdit, QComboBox, QPlainTextEdit, QSpinBox, QDoubleSpinBox, QListWidget)
+    missing = []
+    for widget in w.findChildren(QWidget):
+        if isinstance(widget, kinds) and widget.isVisibleTo(w) and widget.focusPolicy() != Qt.NoFocus:
+            if widget.parent() is not None and type(widget.parent()).__name__ in ("QTabBar", "QScrollBar"):
+                continue
+            name = widget.accessibleName() or (widget.text() if isinstance(widget, QAbstractButton) else "")
+            if not name and isinstance(widget, QLineEdit) and isinstance(widget.parent(), (QAbstractSpinBox, QComboBox)):
+                continue  # the spin box's or combo box's own editor
+            if not name:
+                missing.append(f"{type(widget).__name__} {widget.objectName()}")
+    assert not missing
+
+
+# -- the selftest ----------------------------------------------------------------------------------------------------
+
+def test_selftest_runs_one_clone(home, model, tmp_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VOCABLE_HOME=str(home))
+    out = tmp_path / "selftest.flac"
+    proc = subprocess.run([sys.executable, "-m", "vocable", "gui", "--selftest", str(model), str(REF), "--out",
+                           str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert sf.info(str(out)).frames > 0
+    assert "saved" in proc.stderr
+    assert not (home / "config" / "settings.json").exists()  # the user's settings stay as they were
+
+    proc = subprocess.run([sys.executable, "-m", "vocable", "gui", "--selftest", str(tmp_path / "none.gguf"),
+                           str(REF)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1 and "model not found" in proc.stderr
