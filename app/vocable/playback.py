@@ -23,6 +23,7 @@ import threading
 
 import numpy as np
 
+from . import audio_devices
 from .errors import AudioDeviceError
 
 DEFAULT_PREROLL_SEC = 0.25
@@ -35,50 +36,13 @@ FLUSH_SEC = 0.1
 
 
 def _sounddevice(action: str = "play audio"):
-    """The sounddevice module, or AudioDeviceError saying what is missing ("cannot <action>: ...")."""
-    try:
-        import sounddevice
-    except ImportError as e:
-        raise AudioDeviceError(f"cannot {action}: the Python package 'sounddevice' is not installed "
-                               "(pip install sounddevice)") from e
-    except OSError as e:  # sounddevice raises OSError when it cannot load the PortAudio library
-        raise AudioDeviceError(f"cannot {action}: the PortAudio library is not installed "
-                               "(on Debian or Ubuntu: apt install libportaudio2)") from e
-    return sounddevice
+    """The sounddevice module, or AudioDeviceError saying what is missing."""
+    return audio_devices.sounddevice_module(action)
 
 
 def output_devices() -> list[str]:
     """Names of the audio output devices PortAudio sees (AudioDeviceError without PortAudio)."""
-    sd = _sounddevice()
-    try:
-        return [d["name"] for d in sd.query_devices() if d["max_output_channels"] > 0]
-    except sd.PortAudioError as e:
-        raise AudioDeviceError(f"cannot list audio devices: {e}") from e
-
-
-def _find_output(sd, device: int | str | None) -> dict:
-    """query_devices() entry of the output device to use."""
-    try:
-        devices = list(sd.query_devices())
-    except sd.PortAudioError as e:
-        raise AudioDeviceError(f"cannot play audio: PortAudio cannot list the devices ({e})") from e
-    outputs = [d for d in devices if d["max_output_channels"] > 0]
-    if not outputs:
-        raise AudioDeviceError("cannot play audio: no audio output device was found (no sound card, or no sound "
-                               "server such as PipeWire or PulseAudio running)")
-    if device is None:
-        try:
-            return sd.query_devices(kind="output")
-        except (sd.PortAudioError, ValueError):
-            return outputs[0]  # no default output: the first one there is
-    if isinstance(device, int) and not isinstance(device, bool):
-        match = [d for d in outputs if d["index"] == device]
-    else:
-        match = [d for d in outputs if str(device).lower() in d["name"].lower()]
-    if not match:
-        names = ", ".join(f"{d['index']}: {d['name']}" for d in outputs)
-        raise AudioDeviceError(f"cannot play audio: no output device matches {device!r} (there are: {names})")
-    return match[0]
+    return audio_devices.device_names(_sounddevice(), "output")
 
 
 class StreamPlayer:
@@ -91,7 +55,7 @@ class StreamPlayer:
             raise ValueError("need sample_rate > 0 and 0 <= preroll_sec <= max_preroll_sec")
         sd = _sounddevice()
         self._sd = sd
-        info = _find_output(sd, device)
+        info = audio_devices.find_device(sd, device, "output")
         self.device_name: str = info["name"]
         self.sample_rate = int(sample_rate)
         rate = self.sample_rate

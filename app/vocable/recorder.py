@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import playback
+from . import audio_devices
 from .errors import AudioDeviceError
 
 log = logging.getLogger(__name__)
@@ -52,44 +52,12 @@ MAX_LENGTH = "max length"
 
 def _sounddevice():
     """The sounddevice module, or AudioDeviceError saying what is missing."""
-    return playback._sounddevice("record audio")
+    return audio_devices.sounddevice_module("record audio")
 
 
 def input_devices() -> list[str]:
     """Names of the audio input devices PortAudio sees (AudioDeviceError without PortAudio)."""
-    sd = _sounddevice()
-    try:
-        return [d["name"] for d in sd.query_devices() if d["max_input_channels"] > 0]
-    except sd.PortAudioError as e:
-        raise AudioDeviceError(f"cannot list audio devices: {e}") from e
-
-
-def _find_input(sd, device: int | str | None) -> dict:
-    """query_devices() entry of the input device to use."""
-    try:
-        devices = list(sd.query_devices())
-    except sd.PortAudioError as e:
-        raise AudioDeviceError(f"cannot record audio: PortAudio cannot list the devices ({e})") from e
-    inputs = [d for d in devices if d["max_input_channels"] > 0]
-    if not inputs:
-        raise AudioDeviceError("cannot record audio: no microphone or other audio input device was found (no sound "
-                               "card with an input, or no sound server such as PipeWire or PulseAudio running)")
-    if device is None:
-        try:
-            info = sd.query_devices(kind="input")
-            if info["max_input_channels"] > 0:
-                return info
-        except (sd.PortAudioError, ValueError):
-            pass
-        return inputs[0]  # no default input: the first one there is
-    if isinstance(device, int) and not isinstance(device, bool):
-        match = [d for d in inputs if d["index"] == device]
-    else:
-        match = [d for d in inputs if str(device).lower() in d["name"].lower()]
-    if not match:
-        names = ", ".join(f"{d['index']}: {d['name']}" for d in inputs)
-        raise AudioDeviceError(f"cannot record audio: no input device matches {device!r} (there are: {names})")
-    return match[0]
+    return audio_devices.device_names(_sounddevice(), "input")
 
 
 def _settings(sd, info: dict) -> tuple[int, int]:
@@ -161,7 +129,7 @@ class Recorder:
         self._close_stream()
         sd = _sounddevice()
         self._sd = sd
-        info = _find_input(sd, self.device)
+        info = audio_devices.find_device(sd, self.device, "input")
         rate, channels = _settings(sd, info)
         with self._lock:
             self.device_name = info["name"]
