@@ -37,7 +37,11 @@ constexpr int k_nr = 16;   // output channels per register tile (two 8-float vec
 constexpr int k_kc = 256;  // depth of a packed weight panel (16 KiB)
 constexpr int k_tc = 96;   // output frames per work item (its tiles stay in L1)
 constexpr int k_group_panels = 8;  // panels of one work item (128 outputs)
-constexpr int k_min_converted_frames = 8;
+// Fewest frames for which converting weights while packing beats ggml's own products: f16
+// converts at 8 values per instruction; q8_0 costs more, and ggml's integer dot products win a
+// 9-position talker prefill (150-178 against 166-224 ms, measured side by side).
+constexpr int k_min_frames_f16 = 8;
+constexpr int k_min_frames_q8_0 = 32;
 
 // y[i][0..nv) += x[i] . wp over kc for MR frames; x rows at stride ldx, wp packed [kc][16].
 template <int MR>
@@ -448,8 +452,8 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
     // f16 and q8_0 weights are converted while packing, which pays off once a panel serves a
     // few frames; a matrix-vector product is bound by reading the weights, where ggml's
     // quantized dot products read less.
-    const bool packable = w->type == GGML_TYPE_F32 ||
-                          ((w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_Q8_0) && x->ne[1] >= k_min_converted_frames);
+    const bool packable = w->type == GGML_TYPE_F32 || (w->type == GGML_TYPE_F16 && x->ne[1] >= k_min_frames_f16) ||
+                          (w->type == GGML_TYPE_Q8_0 && x->ne[1] >= k_min_frames_q8_0);
     if (use_avx2() && packable && x->type == GGML_TYPE_F32 && w->nb[0] == ggml_type_size(w->type) &&
         x->nb[0] == sizeof(float) && (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b))) &&
         (!r || ggml_is_contiguous(r))) {
