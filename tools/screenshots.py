@@ -30,32 +30,37 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "assets" / "screenshots"))
     ap.add_argument("--model", help="a converted .gguf (default: the tiny test model, converted now)")
-    ap.add_argument("--size", default="1100x760", help="window size WxH")
+    ap.add_argument("--size", default="1100x880", help="window size WxH")
     args = ap.parse_args()
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     home = Path(tempfile.mkdtemp(prefix="vocable-shots-"))
     os.environ["VOCABLE_HOME"] = str(home)
-    os.environ["VOCABLE_NO_AUDIO"] = "1"   # screenshots show the app with its devices, not this machine's
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     width, height = (int(v) for v in args.size.split("x"))
 
     from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
-    from PySide6.QtGui import QColor, QDropEvent, QPalette
+    from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QPalette
     from PySide6.QtWidgets import QApplication
 
+    from vocable.gui import controller as controller_module
     from vocable.gui.app import make_application
-    from vocable.gui.controller import Controller
+    from vocable.gui.controller import AudioAvailability, Controller
+
+    # the app as on a desktop with a microphone and speakers, whatever this machine has (nothing
+    # is played or recorded: the script clicks neither)
+    controller_module.query_audio_devices = lambda: AudioAvailability(True, True, outputs=["Speakers"],
+                                                                      inputs=["Microphone"])
     from vocable.gui.main_window import MainWindow
 
     app = make_application(["vocable-screenshots"])
     app.setStyle("Fusion")  # the same look wherever the script runs
 
-    def wait(condition, timeout=120.0):
+    def wait(condition, timeout=120.0, what="the state to capture"):
         end = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > end:
-                raise TimeoutError("the window did not reach the state to capture")
+                raise TimeoutError(f"the window did not reach {what} (last message: {window.last_error})")
             app.processEvents()
             time.sleep(0.01)
 
@@ -78,12 +83,13 @@ def main() -> int:
         from vocable.convert import convert
         model = convert(TINY, home / "tiny.gguf", "f32")
     window.c.load_model(model)
-    wait(lambda: window.c.model_status == "ready")
+    wait(lambda: window.c.model_status == "ready", what="a loaded model")
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(REF))])
-    QApplication.sendEvent(window, QDropEvent(QPointF(width / 2, height / 2), Qt.CopyAction, mime, Qt.LeftButton,
-                                              Qt.NoModifier))
-    wait(lambda: window.c.reference is not None)
+    pos = QPointF(width / 2, height / 2)
+    QApplication.sendEvent(window, QDragEnterEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+    QApplication.sendEvent(window, QDropEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+    wait(lambda: window.c.reference is not None, what="a reference")
     window.reference.transcript.setText("Okay. Yeah.")
     window.speak.text.setPlainText(TEXT)
     window.speak.language.setCurrentText("english")
@@ -114,6 +120,8 @@ def main() -> int:
                         (QPalette.ToolTipText, "#e6e6e6"), (QPalette.PlaceholderText, "#8a8a8a"),
                         (QPalette.Mid, "#505050")):
         dark.setColor(role, QColor(color))
+    for role in (QPalette.WindowText, QPalette.Text, QPalette.ButtonText):
+        dark.setColor(QPalette.Disabled, role, QColor("#7a7a7a"))
     app.setPalette(dark)
     shot(window, "dark")
     window.close()

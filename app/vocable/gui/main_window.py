@@ -10,7 +10,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QInputDialog, QLabel, QMainWindow, QMessageBox,
-                               QSplitter, QStackedWidget, QTabWidget, QToolButton, QVBoxLayout, QWidget, QStyle)
+                               QScrollArea, QSplitter, QStackedWidget, QTabWidget, QToolButton, QVBoxLayout, QWidget, QStyle)
 
 from .controller import EXPORT_FORMATS, Controller
 from .panels import ReferencePanel, ResultPanel, SpeakPanel
@@ -86,14 +86,19 @@ class MainWindow(QMainWindow):
         column = QVBoxLayout(left)
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.reference)
-        column.addWidget(self.speak, 1)
+        column.addWidget(self.speak)
         column.addWidget(self.result)
+        column.addStretch(1)
         self.tabs = QTabWidget()
         self.tabs.setAccessibleName("Voices and history")
         self.tabs.addTab(self.library, "&Voices")
         self.tabs.addTab(self.history, "&History")
+        scroll = QScrollArea()  # a small window scrolls instead of squeezing the controls
+        scroll.setWidget(left)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.NoFrame)
         splitter = QSplitter(Qt.Horizontal)
-        splitter.addWidget(left)
+        splitter.addWidget(scroll)
         splitter.addWidget(self.tabs)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 1)

@@ -206,6 +206,9 @@ class SpeakPanel(QGroupBox):
         self.text.setPlaceholderText("Type what the voice should say. Ctrl+Enter generates.")
         self.text.setAccessibleName("Text to speak")
         self.text.setTabChangesFocus(True)
+        lines = self.text.fontMetrics().lineSpacing()
+        self.text.setMinimumHeight(lines * 4 + 12)
+        self.text.setMaximumHeight(lines * 7 + 12)  # longer texts scroll; the result stays in view
         self.language = QComboBox()
         self.language.setAccessibleName("Language")
         self.language.addItem("auto")
@@ -231,12 +234,18 @@ class SpeakPanel(QGroupBox):
         self.seed.setAccessibleName("Seed")
         self.greedy = QCheckBox("&Greedy (most likely codes, no sampling)")
         self.greedy.setAccessibleName("Greedy decoding")
-        form = QFormLayout(self.advanced)
+        self._advanced_body = QWidget()
+        box = QVBoxLayout(self.advanced)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(self._advanced_body)
+        form = QFormLayout(self._advanced_body)
         form.addRow("&Temperature:", self.temperature)
         form.addRow("Top-&k:", self.top_k)
         form.addRow("S&eed:", self.seed)
         form.addRow("", self.greedy)
         self._advanced_widgets = [self.temperature, self.top_k, self.seed, self.greedy]
+        for w in (self.temperature, self.top_k, self.seed):
+            w.setMaximumWidth(w.fontMetrics().horizontalAdvance("0" * 22))
         self.advanced.toggled.connect(self._advanced_toggled)
         self._advanced_toggled(False)
         self.greedy.toggled.connect(lambda on: (self.temperature.setEnabled(not on and self.advanced.isChecked()),
@@ -263,7 +272,7 @@ class SpeakPanel(QGroupBox):
         actions.addWidget(self.stop_button)
         actions.addWidget(self.progress, 1)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.text, 1)
+        layout.addWidget(self.text)
         layout.addLayout(top)
         layout.addWidget(self.advanced)
         layout.addLayout(actions)
@@ -276,9 +285,9 @@ class SpeakPanel(QGroupBox):
         self.set_languages(controller.languages)
 
     def _advanced_toggled(self, on: bool) -> None:
+        self._advanced_body.setVisible(on)
         for w in self._advanced_widgets:
             w.setEnabled(on)
-            w.setVisible(on)
         if on and self.greedy.isChecked():
             self.temperature.setEnabled(False)
             self.top_k.setEnabled(False)
