@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Sets up .venv and runs Vocable. Until the desktop app lands this is the command-line flow on
-# the bundled tiny test model: convert it, clone the voice of the bundled reference clip, and
-# speak a sentence in it (random tiny weights: the audio is noise, the flow is the real one).
-# With arguments, runs `vocable ARGS...` instead.
+# Sets up .venv and opens the Vocable desktop app. Without a display (a server, CI) it runs the
+# command-line flow on the bundled tiny test model instead: convert it, clone the voice of the
+# bundled reference clip, and speak a sentence in it (random tiny weights: the audio is noise,
+# the flow is the real one). With arguments, runs `vocable ARGS...`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-venv.sh
@@ -10,6 +10,10 @@ vocable="${VOCABLE_VENV:-.venv}/bin/vocable"
 if [ "$#" -gt 0 ]; then
     exec "$vocable" "$@"
 fi
+if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] || [ "$(uname)" = Darwin ]; then
+    exec "$vocable"
+fi
+echo "no display: running the command-line demo on the bundled test model" >&2
 out="${TMPDIR:-/tmp}/vocable-demo"
 mkdir -p "$out"
 "$vocable" convert tests/fixtures/tiny-0.6b/model "$out/tiny-q8_0.gguf" --type q8_0
