@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (QAbstractButton, QAbstractSpinBox, QApplication, 
                                QWidget)
 
 from conftest import fixture_dir  # noqa: E402
+from pulse_server import MonitorRecording, offsets_of_windows, pulse  # noqa: E402,F401 (a fixture)
 
 REF = fixture_dir("0.6b") / "reference" / "ref_24k.wav"
 LONG_TEXT = " ".join(["This sentence is here to make the speech run long enough to stop it midway."] * 12)
@@ -79,7 +80,7 @@ def drop(widget, *paths: Path) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
     pos = QPointF(widget.width() / 2, widget.height() / 2)
-    enter = QDragEnterEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    enter = QDragEnterEvent(pos.toPoint(), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
     QApplication.sendEvent(widget, enter)
     assert enter.isAccepted()
     QApplication.sendEvent(widget, QDropEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
@@ -413,3 +414,45 @@ def test_selftest_runs_one_clone(home, model, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "vocable", "gui", "--selftest", str(tmp_path / "none.gguf"),
                            str(REF)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1 and "model not found" in proc.stderr
+
+
+def test_vocable_alone_opens_the_window_or_says_why_not(home, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    proc = subprocess.run([sys.executable, "-m", "vocable"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no display" in proc.stderr
+    # with a (virtual) screen it opens the window: the first-launch screen, until closed
+    env["QT_QPA_PLATFORM"] = "offscreen"
+    code = ("import sys; from PySide6.QtCore import QTimer\n"
+            "from vocable import cli\n"
+            "from vocable.gui.main_window import MainWindow\n"
+            "show = MainWindow.show\n"
+            "def shown(w):\n"
+            "    show(w)\n"
+            "    QTimer.singleShot(500, lambda: (print('window', w.stack.currentWidget() is w.setup), w.close()))\n"
+            "MainWindow.show = shown\n"
+            "sys.exit(cli.main([]))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "window True" in proc.stdout
+    assert (home / "logs" / "vocable.log").is_file()
+
+
+def test_selftest_plays_the_stream_through_the_speakers(pulse, home, model, tmp_path):
+    """Real audio: the window's generation streams into a PulseAudio null sink, whose monitor is
+    recorded; the saved result is found in the recording whole, in order, at the right rate."""
+    env = dict(pulse, QT_QPA_PLATFORM="offscreen", VOCABLE_HOME=str(home))
+    env.pop("VOCABLE_NO_AUDIO", None)
+    out = tmp_path / "played.wav"
+    with MonitorRecording(pulse) as rec:
+        proc = subprocess.run([sys.executable, "-m", "vocable", "gui", "--selftest", str(model), str(REF), "--out",
+                               str(out), "--text", "Speakers on."], env=env, capture_output=True, text=True,
+                              timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "waiting for the playback to end" in proc.stderr
+    sent, rate = sf.read(str(out), dtype="float32")
+    assert rate == 24000
+    found = offsets_of_windows(rec.audio, sent, window=2400, hop=2400)
+    assert len(found) >= 5
+    offsets = [offset for _, offset, corr in found if corr > 0.9]
+    assert len(offsets) >= 0.9 * len(found), found
+    assert max(offsets) - min(offsets) <= 2, found   # one offset: no gap, no drift, no reordering

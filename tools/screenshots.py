@@ -87,7 +87,7 @@ def main() -> int:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(REF))])
     pos = QPointF(width / 2, height / 2)
-    QApplication.sendEvent(window, QDragEnterEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+    QApplication.sendEvent(window, QDragEnterEvent(pos.toPoint(), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
     QApplication.sendEvent(window, QDropEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
     wait(lambda: window.c.reference is not None, what="a reference")
     window.reference.transcript.setText("Okay. Yeah.")

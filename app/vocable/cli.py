@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = s.add_mutually_exclusive_group(required=True)
     t.add_argument("--text", help="what to say")
     t.add_argument("--text-file", help="UTF-8 file with what to say ('-': standard input)")
-    s.add_argument("--out", required=True, help="audio file to write: .wav, .flac or .ogg")
+    s.add_argument("--out", required=True, help="audio file to write: .wav, .flac, .ogg or .mp3")
     s.add_argument("--play", action="store_true", help="play the speech as it is generated")
     s.add_argument("--device", help="output device for --play (a name or part of one, or an index)")
     s.add_argument("--language", default="auto", help="auto (default) or a language the model knows: english, ...")

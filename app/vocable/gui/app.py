@@ -44,8 +44,8 @@ def setup_logging(verbose: bool = False) -> Path | None:
     return path
 
 
-def _install_excepthook(get_window) -> None:
-    """An exception escaping a Qt slot is logged and shown; the app goes on."""
+def _install_excepthook(get_window, on_error=None) -> None:
+    """An exception escaping a Qt slot is logged and shown; the app goes on (a selftest fails)."""
     def hook(kind, value, tb):
         if issubclass(kind, KeyboardInterrupt):
             sys.__excepthook__(kind, value, tb)
@@ -54,6 +54,8 @@ def _install_excepthook(get_window) -> None:
         window = get_window()
         if window is not None:
             window.show_error("Unexpected error", f"{kind.__name__}: {value} (details in the log)")
+        if on_error is not None:
+            on_error(f"{kind.__name__}: {value}")
     sys.excepthook = hook
 
 
@@ -95,7 +97,8 @@ def run(argv: list[str] | None = None, selftest: tuple[str, str] | None = None, 
     from .main_window import MainWindow
 
     holder: dict = {}
-    _install_excepthook(lambda: holder.get("window"))
+    _install_excepthook(lambda: holder.get("window"),
+                        lambda message: holder["selftest"]._fail(message) if "selftest" in holder else None)
     try:
         controller = Controller()
     except Exception as e:  # e.g. a data folder that cannot be created
@@ -112,6 +115,7 @@ def run(argv: list[str] | None = None, selftest: tuple[str, str] | None = None, 
         return app.exec()
     test = SelfTest(window, Path(selftest[0]), Path(selftest[1]), Path(out or "vocable-selftest.wav"),
                     text or SELFTEST_TEXT)
+    holder["selftest"] = test
     test.begin()
     app.exec()
     return test.exit_code
@@ -158,7 +162,7 @@ class SelfTest:
             mime = QMimeData()
             mime.setUrls([QUrl.fromLocalFile(str(self.reference.resolve()))])
             pos = QPointF(self.w.width() / 2, self.w.height() / 2)
-            QApplication.sendEvent(self.w, QDragEnterEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+            QApplication.sendEvent(self.w, QDragEnterEvent(pos.toPoint(), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
             QApplication.sendEvent(self.w, QDropEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
 
     def _reference_ready(self) -> None:
@@ -180,7 +184,17 @@ class SelfTest:
             return  # the error signal has failed the test already
         self._say(f"{result.seconds:.2f} s of audio, first audio after {result.time_to_first_audio:.2f} s, "
                   f"real-time factor {result.real_time_factor:.2f}, {result.mode}; saved {saved}")
-        self._finish(0)
+        from PySide6.QtCore import QTimer
+
+        from .clip_player import PLAYING, STOPPED
+        player = self.c.result_player
+        if player.state != PLAYING:
+            self._finish(0)
+            return
+        self._stage = "playing"  # as after a click: the speech plays to its end
+        self._say("waiting for the playback to end")
+        player.state_changed.connect(lambda state: state == STOPPED and self._finish(0))
+        QTimer.singleShot(int(1000 * (player.seconds + 10)), lambda: self._finish(0))
 
     def _fail(self, message: str) -> None:
         if self._stage == "done":
@@ -190,6 +204,8 @@ class SelfTest:
 
     def _finish(self, code: int) -> None:
         from PySide6.QtCore import QTimer
+        if self._stage == "done":
+            return
         self._stage = "done"
         self.exit_code = code
         self._timer.stop()
