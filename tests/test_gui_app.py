@@ -20,7 +20,8 @@ pytest.importorskip("pytestqt")
 import soundfile as sf  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
-from PySide6.QtWidgets import (QAbstractButton, QAbstractSpinBox, QApplication, QComboBox, QFileDialog, QInputDialog,  # noqa: E402
+from PySide6.QtWidgets import (QAbstractButton, QAbstractSpinBox, QApplication, QComboBox,  # noqa: E402
+                               QFileDialog, QInputDialog,
                                QLineEdit, QListWidget, QMessageBox, QPlainTextEdit, QSpinBox, QDoubleSpinBox,
                                QWidget)
 
@@ -392,11 +393,31 @@ def test_controls_have_accessible_names(home, model, open_window):
             if widget.parent() is not None and type(widget.parent()).__name__ in ("QTabBar", "QScrollBar"):
                 continue
             name = widget.accessibleName() or (widget.text() if isinstance(widget, QAbstractButton) else "")
-            if not name and isinstance(widget, QLineEdit) and isinstance(widget.parent(), (QAbstractSpinBox, QComboBox)):
+            editor = isinstance(widget, QLineEdit) and isinstance(widget.parent(), (QAbstractSpinBox, QComboBox))
+            if not name and editor:
                 continue  # the spin box's or combo box's own editor
             if not name:
                 missing.append(f"{type(widget).__name__} {widget.objectName()}")
     assert not missing
+
+
+def test_settings_persist_and_apply(qtbot, home, model, open_window, tmp_path):
+    from vocable.gui.settings_dialog import SettingsDialog
+    from vocable.settings import Settings
+    set_model(model)
+    w = open_window()
+    dialog = SettingsDialog(w.c, w)
+    assert dialog.model.currentData() == str(model)
+    assert not dialog.output.isEnabled() and not dialog.input.isEnabled()   # no devices here
+    dialog.threads.setValue(1)
+    dialog.quantization.setCurrentText("q4_k")
+    dialog.export_dir.setText(str(tmp_path))
+    with qtbot.waitSignal(w.c.model_state, timeout=WAIT_MS, check_params_cb=lambda s, t: s == "ready"):
+        w.c.update_settings(**dialog.values())   # what OK does; new threads reload the model
+    saved = Settings.load()
+    assert (saved.threads, saved.quantization, saved.export_dir, saved.model_path) == (1, "q4_k", str(tmp_path),
+                                                                                      str(model))
+    assert w.c.default_export_dir() == tmp_path
 
 
 # -- the selftest ----------------------------------------------------------------------------------------------------

@@ -162,7 +162,8 @@ class SelfTest:
             mime = QMimeData()
             mime.setUrls([QUrl.fromLocalFile(str(self.reference.resolve()))])
             pos = QPointF(self.w.width() / 2, self.w.height() / 2)
-            QApplication.sendEvent(self.w, QDragEnterEvent(pos.toPoint(), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
+            enter = QDragEnterEvent(pos.toPoint(), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+            QApplication.sendEvent(self.w, enter)
             QApplication.sendEvent(self.w, QDropEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier))
 
     def _reference_ready(self) -> None:

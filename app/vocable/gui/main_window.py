@@ -10,7 +10,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QInputDialog, QLabel, QMainWindow, QMessageBox,
-                               QScrollArea, QSplitter, QStackedWidget, QTabWidget, QToolButton, QVBoxLayout, QWidget, QStyle)
+                               QScrollArea, QSplitter, QStackedWidget, QStyle, QTabWidget, QToolButton, QVBoxLayout,
+                               QWidget)
 
 from .controller import EXPORT_FORMATS, Controller
 from .panels import ReferencePanel, ResultPanel, SpeakPanel
