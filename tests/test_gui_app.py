@@ -477,3 +477,64 @@ def test_selftest_plays_the_stream_through_the_speakers(pulse, home, model, tmp_
     offsets = [offset for _, offset, corr in found if corr > 0.9]
     assert len(offsets) >= 0.9 * len(found), found
     assert max(offsets) - min(offsets) <= 2, found   # one offset: no gap, no drift, no reordering
+
+
+class FakeStreamPlayer:
+    """Stands in for playback.StreamPlayer in the clip player: keeps what is written; the test
+    moves `played_seconds` and `finished`."""
+    opened: list = []
+
+    def __init__(self, sample_rate, device=None):
+        self.sample_rate, self.device_rate, self.device = sample_rate, sample_rate, device
+        self.written, self.played_seconds, self.finished, self.stopped = [], 0.0, False, False
+        FakeStreamPlayer.opened.append(self)
+
+    def write(self, chunk):
+        self.written.append(np.asarray(chunk))
+
+    def finish(self):
+        pass
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_clip_player_play_pause_seek(qtbot, monkeypatch):
+    import vocable.playback as playback
+    from vocable.gui.clip_player import PAUSED, PLAYING, STOPPED, ClipPlayer
+    from vocable.gui.waveform import WaveformPlayer
+    monkeypatch.setattr(playback, "StreamPlayer", FakeStreamPlayer)
+    FakeStreamPlayer.opened = []
+    clip = ClipPlayer()
+    view = WaveformPlayer(clip, "Test")
+    qtbot.addWidget(view)
+    view.resize(400, 80)
+    samples = np.linspace(-0.5, 0.5, 24000 * 4, dtype=np.float32)
+    clip.set_clip(samples, 24000)
+    assert view.button.isEnabled() and view.time.text() == "0:00.0 / 0:04.0"
+
+    view.button.click()                                   # play from the start
+    qtbot.waitUntil(lambda: len(FakeStreamPlayer.opened) == 1 and clip._player is not None, timeout=5000)
+    first = FakeStreamPlayer.opened[0]
+    assert clip.state == PLAYING and np.array_equal(first.written[0], samples)
+    first.played_seconds = 1.5
+    qtbot.waitUntil(lambda: abs(clip.position - 1.5) < 1e-6, timeout=2000)
+    assert view.time.text().startswith("0:01.5")
+
+    view.view.setFocus()
+    qtbot.keyClick(view.view, Qt.Key_Space)               # pause: the device stops, the place is kept
+    assert clip.state == PAUSED and first.stopped and abs(clip.position - 1.5) < 1e-6
+
+    qtbot.mouseClick(view.view, Qt.LeftButton, pos=view.view.rect().center())   # seek to the middle
+    assert abs(clip.position - 2.0) < 0.05 and clip.state == PAUSED
+    clip.play()                                            # plays on from there
+    qtbot.waitUntil(lambda: len(FakeStreamPlayer.opened) == 2 and clip._player is not None, timeout=5000)
+    second = FakeStreamPlayer.opened[1]
+    assert abs(second.written[0].size - samples.size / 2) < 24000 * 0.05
+    qtbot.keyClick(view.view, Qt.Key_Left)                 # seek while playing: a new player from there
+    qtbot.waitUntil(lambda: len(FakeStreamPlayer.opened) == 3 and clip._player is not None, timeout=5000)
+    assert second.stopped and clip.state == PLAYING
+    third = FakeStreamPlayer.opened[2]
+    third.played_seconds, third.finished = 3.0, True       # played to the end
+    qtbot.waitUntil(lambda: clip.state == STOPPED, timeout=2000)
+    assert clip.position == 0.0
