@@ -65,6 +65,7 @@ def open_window(qtbot):
         qtbot.addWidget(w)
         w.show()
         w.c.start()
+        qtbot.waitUntil(lambda: w.c.audio_known, timeout=10_000)
         if wait_model:
             qtbot.waitUntil(lambda: w.c.model_status in ("ready", "error", "none"), timeout=WAIT_MS)
             assert w.c.model_status == "ready", w.last_error

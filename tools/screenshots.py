@@ -75,6 +75,7 @@ def main() -> int:
     window.resize(width, height)
     window.show()
     window.c.start()
+    wait(lambda: window.c.audio_known, what="the audio devices")
     wait(lambda: window.c.model_status == "none")
     shot(window, "setup")
 

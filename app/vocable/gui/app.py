@@ -148,7 +148,7 @@ class SelfTest:
             if not path.is_file():
                 self._fail(f"{what} not found: {path}")
                 return
-        c.refresh_audio()
+        c.refresh_audio(wait=True)
         self._say(f"loading {self.model}")
         c.load_model(self.model)
 

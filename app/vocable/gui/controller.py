@@ -129,7 +129,9 @@ class Controller(QObject):
         self.models = ModelStore()
         self.library = VoiceLibrary()
         self.history = History()
-        self.audio = AudioAvailability()
+        self.audio = AudioAvailability(output_reason="looking for audio devices...",
+                                       input_reason="looking for audio devices...")
+        self.audio_known = False
         self.engine = None
         self.model_path: Path | None = None
         self.model_description = ""
@@ -199,8 +201,20 @@ class Controller(QObject):
                 log.exception("closing the engine")
             self.engine = None
 
-    def refresh_audio(self) -> None:
-        self.audio = query_audio_devices()
+    def refresh_audio(self, wait: bool = False) -> None:
+        """Looks for audio devices on a worker (PortAudio's first look can take a moment);
+        `audio_changed` tells when the answer is in. `wait`: here and now."""
+        if wait:
+            self._apply_audio(query_audio_devices())
+            return
+        workers.start(FunctionWorker(lambda _w: query_audio_devices(), "listing the audio devices"),
+                      finished=self._apply_audio,
+                      failed=lambda message: self._apply_audio(AudioAvailability(
+                          output_reason=message, input_reason=message)))
+
+    def _apply_audio(self, audio: AudioAvailability) -> None:
+        self.audio = audio
+        self.audio_known = True
         for player in (self.reference_player, self.result_player):
             player.available = self.audio.output
             player.unavailable_reason = self.audio.output_reason
