@@ -358,7 +358,8 @@ def test_recording_shows_level_and_stops_by_itself(qtbot, home, model, open_wind
     w.c.record_level.connect(lambda db, t: levels.append((db, t)))
     with qtbot.waitSignal(w.c.reference_changed, timeout=10_000):
         w.reference.record_button.click()
-        assert w.c.is_recording and w.reference.meter.isVisible()
+        qtbot.waitUntil(lambda: w.c.is_recording, timeout=5000)
+        assert w.reference.meter.isVisible()
     assert not w.c.is_recording and not w.reference.meter.isVisible()
     assert levels and max(db for db, _ in levels) == -6.0 and levels[-1][1] > 1.0
     assert w.c.reference.name.startswith("recording") and 1.5 < w.c.reference.seconds <= 2.05

@@ -153,6 +153,8 @@ class Controller(QObject):
         self._record_timer.setInterval(50)
         self._record_timer.timeout.connect(self._record_tick)
         self._record_stop_reason: str | None = None
+        self._record_starting = False
+        self._closed = False
         self.persist_settings = True               # False for --selftest: the user's settings stay as they are
         self._stats_timer = QTimer(self)
         self._stats_timer.setInterval(200)
@@ -183,6 +185,7 @@ class Controller(QObject):
 
     def shutdown(self) -> None:
         """Stops everything running (at window close)."""
+        self._closed = True
         self.stop()
         self.cancel_model_task()
         if self._recorder is not None:
@@ -722,25 +725,34 @@ class Controller(QObject):
         if not self.audio.input:
             self.error.emit("Cannot record", self.audio.input_reason or "no audio input device")
             return
-        if self._recorder is not None:
+        if self._recorder is not None or self._record_starting:
             return
-        from ..recorder import Recorder
+        from .. import recorder as recorder_module
         self._record_stop_reason = None
+        device = self._device(self.settings.input_device)
 
         def stopped(reason: str) -> None:  # the audio thread: only note it, the timer acts
             self._record_stop_reason = reason
 
-        try:
-            recorder = Recorder(self._device(self.settings.input_device), on_stopped=stopped)
+        def open_input(_worker):  # opening a device can take a moment: off the GUI thread
+            recorder = recorder_module.Recorder(device, on_stopped=stopped)
             recorder.start()
-        except VocableError as e:
-            self.error.emit("Cannot record", str(e))
-            return
-        except Exception as e:
-            log.exception("starting the recorder")
-            self.error.emit("Cannot record", f"{type(e).__name__}: {e}")
-            return
+            return recorder
+
+        def failed(message: str) -> None:
+            self._record_starting = False
+            self.error.emit("Cannot record", message)
+
+        self._record_starting = True
         self.reference_player.stop()
+        workers.start(FunctionWorker(open_input, "opening the microphone"), finished=self._recording_started,
+                      failed=failed)
+
+    def _recording_started(self, recorder) -> None:
+        self._record_starting = False
+        if self._closed:
+            recorder.stop()
+            return
         self._recorder = recorder
         self._record_timer.start()
         self.recording.emit(True)
