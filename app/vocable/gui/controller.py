@@ -786,7 +786,9 @@ class Controller(QObject):
             return
         self.record_level.emit(float(recorder.level_db), float(recorder.elapsed))
         if self._record_stop_reason is not None or not recorder.running:
-            self.stop_recording(self._record_stop_reason or "stopped")
+            # the recorder sets its reason before it stops running, so a tick that runs before
+            # on_stopped still reports a device error or the length limit as such
+            self.stop_recording(self._record_stop_reason or recorder.stop_reason or "stopped")
 
     # -- settings -----------------------------------------------------------------------------------------------
 
