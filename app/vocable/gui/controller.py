@@ -17,6 +17,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from ..errors import AudioDeviceError, VocableError
+from ..models import DEFAULT_REPO
 from . import workers
 from .clip_player import ClipPlayer
 from .workers import (EmbedWorker, FunctionWorker, LoadModelWorker, ModelTaskWorker, SynthesisRequest,
@@ -26,7 +27,6 @@ log = logging.getLogger("vocable.gui")
 
 AUDIO_FILE_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au", ".caf", ".w64")
 EXPORT_FORMATS = ("wav", "flac", "ogg", "mp3")
-DEFAULT_HF_REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 # Set to 1 to run without audio devices (no recording, no playback), as on a machine without any.
 NO_AUDIO_ENV = "VOCABLE_NO_AUDIO"
 
@@ -41,6 +41,18 @@ class AudioAvailability:
     inputs: list[str] = field(default_factory=list)
 
 
+def _device_names(list_devices, what: str) -> tuple[list[str], str]:
+    """The names `list_devices()` gives, and in words why there are none ("" when there are)."""
+    try:
+        names = list_devices()
+    except AudioDeviceError as e:
+        return [], str(e)
+    except Exception as e:  # a broken audio stack must not stop the app
+        log.exception("cannot list %s devices", what)
+        return [], f"cannot list {what} devices: {e}"
+    return names, "" if names else f"no {what} device was found (no sound card, or no sound server running)"
+
+
 def query_audio_devices() -> AudioAvailability:
     """Which audio devices exist, and in words why there are none (never raises)."""
     a = AudioAvailability()
@@ -48,27 +60,10 @@ def query_audio_devices() -> AudioAvailability:
         a.output_reason = a.input_reason = f"audio is turned off ({NO_AUDIO_ENV} is set)"
         return a
     from ..playback import output_devices
-    try:
-        a.outputs = output_devices()
-        a.output = bool(a.outputs)
-        if not a.output:
-            a.output_reason = "no audio output device was found (no sound card, or no sound server running)"
-    except AudioDeviceError as e:
-        a.output_reason = str(e)
-    except Exception as e:  # a broken audio stack must not stop the app
-        log.exception("cannot list output devices")
-        a.output_reason = f"cannot list audio output devices: {e}"
-    try:
-        from ..recorder import input_devices
-        a.inputs = input_devices()
-        a.input = bool(a.inputs)
-        if not a.input:
-            a.input_reason = "no microphone or other audio input device was found"
-    except AudioDeviceError as e:
-        a.input_reason = str(e)
-    except Exception as e:
-        log.exception("cannot list input devices")
-        a.input_reason = f"cannot list audio input devices: {e}"
+    from ..recorder import input_devices
+    a.outputs, a.output_reason = _device_names(output_devices, "audio output")
+    a.inputs, a.input_reason = _device_names(input_devices, "microphone or other audio input")
+    a.output, a.input = bool(a.outputs), bool(a.inputs)
     return a
 
 
@@ -292,7 +287,7 @@ class Controller(QObject):
         self._run_model_task(lambda progress, cancel: self.models.import_hf_folder(
             Path(folder), weight_type, progress=progress, cancel=cancel), f"converting {Path(folder).name}")
 
-    def download_model(self, repo_id: str = DEFAULT_HF_REPO, weight_type: str | None = None) -> None:
+    def download_model(self, repo_id: str = DEFAULT_REPO, weight_type: str | None = None) -> None:
         weight_type = weight_type or self.settings.quantization
         self._run_model_task(lambda progress, cancel: self.models.download(
             repo_id, weight_type, progress=progress, cancel=cancel), f"downloading {repo_id}")
