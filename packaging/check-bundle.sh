@@ -48,6 +48,14 @@ done
 echo "bundle copied to $copy ($(du -sh "$copy" | cut -f1))"
 
 out="$tmp/work/selftest.wav"
+version=$(cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin "$exe" --version) \
+    || fail "vocable --version failed"
+echo "bundle: $version"
+case "$version" in
+    "vocable "*"; engine "*"(ABI "*"); ggml "*) ;;
+    *) fail "vocable --version does not name the app, engine, ABI range and ggml: $version" ;;
+esac
+
 start=$(date +%s)
 set +e
 (cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin QT_QPA_PLATFORM=offscreen \

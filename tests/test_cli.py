@@ -201,3 +201,13 @@ def test_say_errors_are_clear(tmp_path, cli_env, converted, case, expected):
     assert expected in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_version_names_app_engine_abi_and_ggml():
+    from vocable import _engine
+    proc = subprocess.run([sys.executable, "-m", "vocable", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        f"vocable {_engine.__version__}; engine {_engine.version()} (ABI {_engine.ABI_VERSION}, accepts "
+        f"{_engine.ABI_MIN_VERSION} to {_engine.ABI_VERSION}); ggml {_engine.ggml_version()}")
+    assert _engine.ggml_version()

@@ -185,9 +185,17 @@ def _cmd_bench(args) -> int:
     return run_bench(args)
 
 
+def version_text() -> str:
+    from . import _engine
+    return (f"vocable {_engine.__version__}; engine {_engine.version()} (ABI {_engine.abi_version()}, accepts "
+            f"{_engine.abi_min_version()} to {_engine.abi_version()}); ggml {_engine.ggml_version()}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vocable", description="Local voice cloning with Qwen3-TTS 12 Hz.")
     p.add_argument("-v", "--verbose", action="store_true", help="log engine details ([Perf] lines)")
+    p.add_argument("--version", action="version", version=version_text(),
+                   help="print the versions of Vocable, its engine (and ABI range) and ggml")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     c = sub.add_parser("convert", help="convert a Hugging Face Qwen3-TTS 12 Hz Base folder to the engine's GGUF")
