@@ -5,7 +5,6 @@ installed or does not start; CI installs it): a chirp, the CLI's `say --play`, a
 stream from the tiny model, found whole by cross-correlation."""
 from __future__ import annotations
 
-import builtins
 import json
 import subprocess
 import sys
@@ -16,71 +15,20 @@ import numpy as np
 import pytest
 
 from conftest import fixture_dir
+from fake_sounddevice import FakeSoundDevice, make_sounddevice_unimportable
 from pulse_server import MonitorRecording, offsets_of_windows, pulse  # noqa: F401 (a fixture)
 from vocable import playback
 from vocable.errors import AudioDeviceError
 from vocable.playback import StreamPlayer
 
 
-# -- a stand-in for sounddevice ----------------------------------------------------------------------
+# -- through a stand-in for sounddevice (tests/fake_sounddevice.py) ---------------------------------
 
-class FakeSoundDevice:
-    """What StreamPlayer uses of sounddevice; the test pulls audio through the callback."""
-
-    class PortAudioError(Exception):
-        pass
-
-    class CallbackStop(Exception):
-        pass
-
-    class CallbackAbort(Exception):
-        pass
-
-    def __init__(self, devices=None, rates=(24000,), default_rate=48000):
-        self.devices = devices if devices is not None else [
-            {"index": 0, "name": "Mic", "max_output_channels": 0, "default_samplerate": 48000.0},
-            {"index": 1, "name": "Speakers", "max_output_channels": 2, "default_samplerate": float(default_rate)}]
-        self.rates = rates
-        self.streams = []
-        fake = self
-
-        class OutputStream:
-            def __init__(self, samplerate, device, channels, dtype, latency, callback, finished_callback):
-                assert channels == 1 and dtype == "float32"
-                self.samplerate, self.device = samplerate, device
-                self.callback, self.finished_callback = callback, finished_callback
-                self.active = self.closed = False
-                self.latency = 0.05
-                fake.streams.append(self)
-
-            def start(self):
-                self.active = True
-
-            def abort(self):
-                if self.active:
-                    self.active = False
-                    self.finished_callback()
-
-            def close(self):
-                self.closed = True
-
-        self.OutputStream = OutputStream
-
-    def query_devices(self, kind=None):
-        outputs = [d for d in self.devices if d["max_output_channels"] > 0]
-        if kind == "output":
-            if not outputs:
-                raise self.PortAudioError("no default output device")
-            return outputs[0]
-        return self.devices
-
-    def check_output_settings(self, device, samplerate, channels, dtype):
-        if samplerate not in self.rates:
-            raise self.PortAudioError("Invalid sample rate")
-
-
-class Status:
-    output_underflow = False
+def sound_device(**options) -> FakeSoundDevice:
+    """Speakers (device 1) at 48 kHz, behind a device that only records."""
+    return FakeSoundDevice([
+        {"index": 0, "name": "Mic", "max_output_channels": 0, "default_samplerate": 48000.0},
+        {"index": 1, "name": "Speakers", "max_output_channels": 2, "default_samplerate": 48000.0}], **options)
 
 
 def pull(stream, frames: int) -> np.ndarray | None:
@@ -88,18 +36,14 @@ def pull(stream, frames: int) -> np.ndarray | None:
     if not stream.active:
         return None
     out = np.full((frames, 1), np.nan, dtype=np.float32)
-    try:
-        stream.callback(out, frames, None, Status())
-    except (FakeSoundDevice.CallbackStop, FakeSoundDevice.CallbackAbort):
-        stream.active = False
-        stream.finished_callback()
+    stream.run_callback(out)
     assert not np.isnan(out).any()
     return out[:, 0]
 
 
 @pytest.fixture
 def fake(monkeypatch):
-    sd = FakeSoundDevice()
+    sd = sound_device()
     monkeypatch.setattr(playback, "_sounddevice", lambda: sd)
     return sd
 
@@ -177,7 +121,7 @@ def test_stop_drops_the_buffer(fake):
 
 
 def test_resamples_for_a_device_without_the_rate(monkeypatch):
-    sd = FakeSoundDevice(rates=(48000,), default_rate=48000)
+    sd = sound_device(accepts=lambda rate, channels: rate == 48000)
     monkeypatch.setattr(playback, "_sounddevice", lambda: sd)
     with StreamPlayer(24000, preroll_sec=0.0) as player:
         assert player.device_rate == 48000
@@ -199,7 +143,7 @@ def test_device_errors(monkeypatch):
     monkeypatch.setattr(playback, "_sounddevice", lambda: sd)
     with pytest.raises(AudioDeviceError, match="no audio output device was found"):
         StreamPlayer(24000)
-    sd = FakeSoundDevice()
+    sd = sound_device()
     monkeypatch.setattr(playback, "_sounddevice", lambda: sd)
     with pytest.raises(AudioDeviceError, match=r"no output device matches 'hdmi' \(there are: 1: Speakers\)"):
         StreamPlayer(24000, device="hdmi")
@@ -211,15 +155,7 @@ def test_device_errors(monkeypatch):
 @pytest.mark.parametrize("error,message", [(ImportError, "'sounddevice' is not installed"),
                                            (OSError, "PortAudio library is not installed")])
 def test_missing_sounddevice_or_portaudio(monkeypatch, error, message):
-    real_import = builtins.__import__
-
-    def fake_import(name, *args, **kwargs):
-        if name == "sounddevice":
-            raise error("PortAudio library not found")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.delitem(sys.modules, "sounddevice", raising=False)
-    monkeypatch.setattr(builtins, "__import__", fake_import)
+    make_sounddevice_unimportable(monkeypatch, error)
     with pytest.raises(AudioDeviceError, match=message):
         StreamPlayer(24000)
 

@@ -4,7 +4,6 @@ recording from a PulseAudio source fed a known signal (tests/pulse_server.py; sk
 pulseaudio is not installed or does not start), and the error without any sound server."""
 from __future__ import annotations
 
-import builtins
 import json
 import os
 import subprocess
@@ -16,92 +15,35 @@ import time
 import numpy as np
 import pytest
 
+from fake_sounddevice import FakeSoundDevice, make_sounddevice_unimportable
 from pulse_server import MIC_SINK, offsets_of_windows, pulse  # noqa: F401 (a fixture)
 from vocable import playback, recorder
 from vocable.errors import AudioDeviceError
 from vocable.recorder import MAX_RECORD_SECONDS, SILENCE_DB, Recorder, input_devices
 
 
-# -- a stand-in for sounddevice ----------------------------------------------------------------------
+# -- through a stand-in for sounddevice (tests/fake_sounddevice.py) ---------------------------------
 
-class FakeSoundDevice:
-    """What Recorder uses of sounddevice; the test pushes audio through the callback."""
-
-    class PortAudioError(Exception):
-        pass
-
-    class CallbackStop(Exception):
-        pass
-
-    class CallbackAbort(Exception):
-        pass
-
-    def __init__(self, devices=None, accepts=lambda rate, channels: True, open_error=None, default_input=True):
-        self.devices = devices if devices is not None else [
-            {"index": 0, "name": "Speakers", "max_input_channels": 0, "default_samplerate": 48000.0},
-            {"index": 1, "name": "USB Mic", "max_input_channels": 2, "default_samplerate": 44100.0},
-            {"index": 2, "name": "Line In", "max_input_channels": 8, "default_samplerate": 96000.0}]
-        self.accepts, self.open_error, self.default_input = accepts, open_error, default_input
-        self.streams = []
-        fake = self
-
-        class InputStream:
-            def __init__(self, samplerate, device, channels, dtype, callback, finished_callback):
-                assert dtype == "float32"
-                if fake.open_error:
-                    raise fake.PortAudioError(fake.open_error)
-                self.samplerate, self.device, self.channels = samplerate, device, channels
-                self.callback, self.finished_callback = callback, finished_callback
-                self.active = self.closed = False
-                fake.streams.append(self)
-
-            def start(self):
-                self.active = True
-
-            def abort(self):
-                if self.active:
-                    self.active = False
-                    self.finished_callback()
-
-            def close(self):
-                self.closed = True
-
-        self.InputStream = InputStream
-
-    def query_devices(self, kind=None):
-        if kind == "input":
-            inputs = [d for d in self.devices if d["max_input_channels"] > 0]
-            if not self.default_input or not inputs:
-                raise self.PortAudioError("Error querying device -1")
-            return inputs[0]
-        return self.devices
-
-    def check_input_settings(self, device, samplerate, channels, dtype):
-        info = self.devices[device]
-        if channels > info["max_input_channels"] or not self.accepts(samplerate, channels):
-            raise self.PortAudioError("Invalid number of channels" if channels > 1 else "Invalid sample rate")
-
-
-class Status:
-    def __init__(self, overflow=False):
-        self.input_overflow = overflow
+def sound_device(**options) -> FakeSoundDevice:
+    """A stereo USB Mic (device 1, the default input) and an 8-channel Line In, behind a device
+    that only plays."""
+    return FakeSoundDevice([
+        {"index": 0, "name": "Speakers", "max_input_channels": 0, "default_samplerate": 48000.0},
+        {"index": 1, "name": "USB Mic", "max_input_channels": 2, "default_samplerate": 44100.0},
+        {"index": 2, "name": "Line In", "max_input_channels": 8, "default_samplerate": 96000.0}], **options)
 
 
 def push(stream, block: np.ndarray, overflow: bool = False) -> bool:
     """One callback with `block` [frames, channels]; False once the stream has stopped."""
     if not stream.active:
         return False
-    try:
-        stream.callback(np.ascontiguousarray(block, dtype=np.float32), block.shape[0], None, Status(overflow))
-    except (FakeSoundDevice.CallbackStop, FakeSoundDevice.CallbackAbort):
-        stream.active = False
-        stream.finished_callback()
+    stream.run_callback(np.ascontiguousarray(block, dtype=np.float32), overflow)
     return stream.active
 
 
 @pytest.fixture
 def fake(monkeypatch):
-    sd = FakeSoundDevice()
+    sd = sound_device()
     monkeypatch.setattr(recorder, "_sounddevice", lambda: sd)
     return sd
 
@@ -129,7 +71,7 @@ def test_opens_the_default_input_at_its_rate_in_mono(fake):
 
 
 def test_mixdown_of_a_device_that_takes_only_stereo(monkeypatch):
-    sd = FakeSoundDevice(accepts=lambda rate, channels: channels == 2)
+    sd = sound_device(accepts=lambda rate, channels: channels == 2)
     monkeypatch.setattr(recorder, "_sounddevice", lambda: sd)
     levels, stopped = [], Calls()
     rec = Recorder(on_level=levels.append, on_stopped=stopped, stall_seconds=None)
@@ -263,13 +205,13 @@ def test_callbacks_that_fail_do_not_stop_the_recording(fake, caplog):
 
 
 def test_picks_a_rate_and_channels_the_device_takes(monkeypatch):
-    sd = FakeSoundDevice(accepts=lambda rate, channels: rate == 48000)
+    sd = sound_device(accepts=lambda rate, channels: rate == 48000)
     monkeypatch.setattr(recorder, "_sounddevice", lambda: sd)
     rec = Recorder(device="line", stall_seconds=None)
     rec.start()
     assert (rec.device_name, rec.sample_rate, rec.channels) == ("Line In", 48000, 1)
     rec.stop()
-    sd = FakeSoundDevice(accepts=lambda rate, channels: channels == 8)
+    sd = sound_device(accepts=lambda rate, channels: channels == 8)
     monkeypatch.setattr(recorder, "_sounddevice", lambda: sd)
     rec = Recorder(device=2, stall_seconds=None)
     rec.start()
@@ -286,7 +228,7 @@ def test_device_errors(monkeypatch):
         Recorder().start()
     assert input_devices() == []
 
-    sd = FakeSoundDevice()
+    sd = sound_device()
     monkeypatch.setattr(recorder, "_sounddevice", lambda: sd)
     assert input_devices() == ["USB Mic", "Line In"]
     with pytest.raises(AudioDeviceError, match=r"no input device matches 'webcam' \(there are: 1: USB Mic, "
@@ -295,14 +237,14 @@ def test_device_errors(monkeypatch):
     with pytest.raises(AudioDeviceError, match="no input device matches 0"):
         Recorder(device=0).start()  # an output-only device
 
-    sd = FakeSoundDevice(default_input=False)
+    sd = sound_device(has_default=False)
     monkeypatch.setattr(recorder, "_sounddevice", lambda: sd)
     rec = Recorder(stall_seconds=None)
     rec.start()  # no default input: the first one there is
     assert rec.device_name == "USB Mic"
     rec.stop()
 
-    sd = FakeSoundDevice(open_error="Device unavailable")
+    sd = sound_device(open_error="Device unavailable")
     monkeypatch.setattr(recorder, "_sounddevice", lambda: sd)
     rec = Recorder(stall_seconds=None)
     with pytest.raises(AudioDeviceError, match=r"cannot record from 'USB Mic': Device unavailable \(it may be "
@@ -317,15 +259,7 @@ def test_device_errors(monkeypatch):
                                                          "is not installed"),
                                            (OSError, "cannot record audio: the PortAudio library is not installed")])
 def test_missing_sounddevice_or_portaudio(monkeypatch, error, message):
-    real_import = builtins.__import__
-
-    def fake_import(name, *args, **kwargs):
-        if name == "sounddevice":
-            raise error("PortAudio library not found")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.delitem(sys.modules, "sounddevice", raising=False)
-    monkeypatch.setattr(builtins, "__import__", fake_import)
+    make_sounddevice_unimportable(monkeypatch, error)
     with pytest.raises(AudioDeviceError, match=message):
         Recorder().start()
     with pytest.raises(AudioDeviceError, match=message):
