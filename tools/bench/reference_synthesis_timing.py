@@ -39,15 +39,12 @@ Without --speaker-embedding the embedding is extracted from the clip by the pack
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.metadata
-import json
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_voice_timing import median, stub_unused_modules  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python -P / PYTHONSAFEPATH
+from reference_model import load_reference  # noqa: E402
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -71,23 +68,12 @@ def main() -> None:
     args = parse_args()
     if args.frames < 1 or args.repeats < 1:
         sys.exit("--frames and --repeats must be at least 1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    real_stdout = sys.stdout
-    with contextlib.redirect_stdout(sys.stderr):  # qwen_tts prints a flash-attn banner on stdout
+    with load_reference(args) as reference:
         import numpy as np
         import torch
-        import transformers  # noqa: F401  (before stubbing: its availability probes use find_spec)
-
-        stubbed = stub_unused_modules()
-        from qwen_tts import Qwen3TTSModel
         from qwen_tts.inference.qwen3_tts_model import VoiceClonePromptItem
 
-        torch.set_num_threads(args.threads)
-        t0 = time.perf_counter()
-        tts = Qwen3TTSModel.from_pretrained(args.model_dir, device_map="cpu", dtype=torch.float32)
-        load_s = time.perf_counter() - t0
+        tts = reference.tts
         m = tts.model
         talker = m.talker
         eos = talker.config.codec_eos_token_id
@@ -190,19 +176,10 @@ def main() -> None:
                     decoded[name] = {"frames": int(c.shape[0]), "samples": int(arrays[f"decoded_{name}"].size),
                                      "decode_ms": round(1e3 * (time.perf_counter() - t), 2)}
         np.savez(args.outputs, **arrays)
-        result = {
-            "side": "reference", "package": f"qwen-tts {importlib.metadata.version('qwen-tts')}",
-            "threads": args.threads, "torch_threads": torch.get_num_threads(), "repeats": args.repeats,
-            "frames_requested": args.frames, **info, "reached_eos": info["frames"] < args.frames,
-            "codec_eos_row_zero": eos_row_zero, "text": args.text, "language": args.language, "decoded": decoded,
-            "speaker_embedding_given": bool(args.speaker_embedding), "load_s": round(load_s, 2),
-            "median_ms": {k: round(median(v), 2) for k, v in runs.items()},
-            "runs_ms": {k: [round(x, 2) for x in v] for k, v in runs.items()},
-            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-            "stubbed_modules": stubbed,
-        }
-    real_stdout.write(json.dumps(result) + "\n")
-    real_stdout.flush()
+        reference.write_result(
+            args, runs, frames_requested=args.frames, **info, reached_eos=info["frames"] < args.frames,
+            codec_eos_row_zero=eos_row_zero, text=args.text, language=args.language, decoded=decoded,
+            speaker_embedding_given=bool(args.speaker_embedding))
 
 
 if __name__ == "__main__":

@@ -18,14 +18,12 @@ Usage: python reference_voice_timing.py --model-dir HF_DIR --clip CLIP.npy --out
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.machinery
-import importlib.metadata
-import json
 import os
 import sys
 import time
-import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also under python -P / PYTHONSAFEPATH
+from reference_model import load_reference  # noqa: E402
 
 
 def parse_args():
@@ -38,63 +36,13 @@ def parse_args():
     return ap.parse_args()
 
 
-def stub_unused_modules() -> list[str]:
-    """qwen_tts/__init__ imports its 25 Hz tokenizer, whose module imports sox, onnxruntime and
-    torchaudio.compliance.kaldi at load time. The 12 Hz path never calls them: install
-    placeholder modules for the ones that do not import, so the package loads without them."""
-    def unavailable(*_a, **_k):
-        raise RuntimeError("placeholder module: only qwen_tts' 25 Hz tokenizer uses this")
-
-    stubbed = []
-    for name in ("torchaudio.compliance.kaldi", "sox", "onnxruntime"):
-        try:
-            __import__(name)
-            continue
-        except Exception:  # noqa: BLE001  (ImportError, or OSError from a mismatched torchaudio build)
-            pass
-        top = name.split(".")[0]
-        for key in [k for k in sys.modules if k == top or k.startswith(top + ".")]:
-            del sys.modules[key]
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):
-            sub = ".".join(parts[:i])
-            mod = types.ModuleType(sub)
-            mod.__spec__ = importlib.machinery.ModuleSpec(sub, None)  # transformers probes find_spec
-            sys.modules[sub] = mod
-            if i > 1:
-                setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], mod)
-        for attr in ("fbank", "Transformer", "InferenceSession", "SessionOptions"):
-            setattr(sys.modules[name], attr, unavailable)
-        stubbed.append(name)
-    return stubbed
-
-
-def median(values):
-    v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
-
-
 def main() -> None:
     args = parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    real_stdout = sys.stdout
-    with contextlib.redirect_stdout(sys.stderr):  # qwen_tts prints a flash-attn banner on stdout
+    with load_reference(args) as reference:
         import numpy as np
-        import torch
-        import transformers  # noqa: F401  (before stubbing: its availability probes use find_spec)
 
-        stubbed = stub_unused_modules()
-        from qwen_tts import Qwen3TTSModel
-
-        torch.set_num_threads(args.threads)
         wav = np.ascontiguousarray(np.load(args.clip), dtype=np.float32)
-        t0 = time.perf_counter()
-        tts = Qwen3TTSModel.from_pretrained(args.model_dir, device_map="cpu", dtype=torch.float32)
-        load_s = time.perf_counter() - t0
-        model = tts.model
+        model = reference.tts.model
 
         def speaker_embedding():
             return model.extract_speaker_embedding(wav, 24000)
@@ -114,17 +62,7 @@ def main() -> None:
                 runs[key].append(1e3 * (time.perf_counter() - t0))
         np.savez(args.outputs, speaker_embedding=outputs["speaker_embedding"].float().numpy(),
                  reference_codes=outputs["reference_codes"].numpy().astype(np.int32))
-        result = {
-            "side": "reference", "package": f"qwen-tts {importlib.metadata.version('qwen-tts')}",
-            "threads": args.threads, "torch_threads": torch.get_num_threads(), "repeats": args.repeats,
-            "clip_seconds": round(len(wav) / 24000.0, 3), "load_s": round(load_s, 2),
-            "median_ms": {k: round(median(v), 2) for k, v in runs.items()},
-            "runs_ms": {k: [round(x, 2) for x in v] for k, v in runs.items()},
-            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-            "stubbed_modules": stubbed,
-        }
-    real_stdout.write(json.dumps(result) + "\n")
-    real_stdout.flush()
+        reference.write_result(args, runs, clip_seconds=round(len(wav) / 24000.0, 3))
 
 
 if __name__ == "__main__":
