@@ -2,7 +2,8 @@
 # Checks a built bundle the way a user's machine would run it: copies it to a fresh temporary
 # folder, runs `vocable gui --selftest MODEL REF` there under `env -i` (only HOME, PATH=/usr/bin:/bin,
 # QT_QPA_PLATFORM=offscreen and a temporary VOCABLE_HOME: no virtualenv, no PYTHONPATH, no
-# LD_LIBRARY_PATH), then checks the audio it saved and that it wrote nothing inside itself.
+# LD_LIBRARY_PATH), then checks the audio it saved and that it wrote nothing inside itself; before
+# that, `vocable --version` and `vocable about --licenses` (every component has its license text).
 #
 #   bash packaging/check-bundle.sh dist/vocable
 #
@@ -55,6 +56,22 @@ case "$version" in
     "vocable "*"; engine "*"(ABI "*"); ggml "*) ;;
     *) fail "vocable --version does not name the app, engine, ABI range and ggml: $version" ;;
 esac
+
+# `vocable about`: every component with a license text, the system libraries' copyright files
+about="$tmp/about.txt"
+(cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin VOCABLE_HOME="$tmp/vocable-home" \
+    "$exe" about --licenses --model "$model") > "$about" || fail "vocable about failed"
+if grep -q "no license text found" "$about"; then
+    grep "no license text found" "$about" >&2
+    fail "components without a license text in the bundle"
+fi
+expected=(vocable libggml-python PySide6_Essentials Qt libsndfile PortAudio Python)
+[ "$(uname -s)" = Linux ] && expected+=("System libraries")
+for name in "${expected[@]}"; do
+    grep -q "^  $name " "$about" || fail "vocable about does not list $name"
+done
+grep -q "^Model: .*; license: " "$about" || fail "vocable about does not give the model's license"
+echo "about: $(sed '/^==== /,$d' "$about" | grep -c '^  ') components, $(grep -c '^==== ' "$about") license texts"
 
 start=$(date +%s)
 set +e

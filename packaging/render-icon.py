@@ -1,4 +1,5 @@
-"""Renders assets/icons/vocable.svg to assets/icons/vocable.png (256 px) with QtSvg.
+"""Renders assets/icons/vocable.svg to assets/icons/vocable.png (256 px) with QtSvg, and the same
+PNG into the package (app/vocable/data/icons/, the window icon of an installed app).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python packaging/render-icon.py [SIZE]
 
@@ -11,7 +12,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QImage, QPainter
 from PySide6.QtSvg import QSvgRenderer
 
-ICONS = Path(__file__).resolve().parent.parent / "assets" / "icons"
+ROOT = Path(__file__).resolve().parent.parent
+ICONS = ROOT / "assets" / "icons"
+PACKAGE_ICONS = ROOT / "app" / "vocable" / "data" / "icons"
 
 
 def main() -> int:
@@ -27,11 +30,11 @@ def main() -> int:
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
     renderer.render(painter)
     painter.end()
-    out = ICONS / "vocable.png"
-    if not image.save(str(out), "PNG"):
-        print(f"render-icon: cannot write {out}", file=sys.stderr)
-        return 1
-    print(f"{out} ({size} px)")
+    for out in (ICONS / "vocable.png", PACKAGE_ICONS / "vocable.png"):
+        if not image.save(str(out), "PNG"):
+            print(f"render-icon: cannot write {out}", file=sys.stderr)
+            return 1
+        print(f"{out} ({size} px)")
     return 0
 
 

@@ -57,3 +57,10 @@ def cli_env(tmp_path):
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     return env
+
+
+@pytest.fixture(scope="session")
+def qapp():
+    """pytest-qt's application, made the way the app makes it (names, window icon, palette)."""
+    from vocable.gui.app import make_application
+    return make_application([])

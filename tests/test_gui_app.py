@@ -21,7 +21,7 @@ import soundfile as sf  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import (QAbstractButton, QAbstractSpinBox, QApplication, QComboBox,  # noqa: E402
-                               QFileDialog, QInputDialog,
+                               QFileDialog, QInputDialog, QLabel,
                                QLineEdit, QListWidget, QMessageBox, QPlainTextEdit, QSpinBox, QDoubleSpinBox,
                                QWidget)
 
@@ -420,6 +420,37 @@ def test_settings_persist_and_apply(qtbot, home, model, open_window, tmp_path):
     assert (saved.threads, saved.quantization, saved.export_dir, saved.model_path) == (1, "q4_k", str(tmp_path),
                                                                                       str(model))
     assert w.c.default_export_dir() == tmp_path
+
+
+def test_help_about_shows_versions_the_model_and_licenses(qtbot, home, model, open_window):
+    from PySide6.QtCore import QTimer
+    from vocable.gui.about_dialog import AboutDialog
+    from vocable import _engine
+    set_model(model)
+    w = open_window()
+    assert not QApplication.windowIcon().isNull()
+    seen = {}
+
+    def inspect():
+        dialog = QApplication.activeModalWidget()
+        assert isinstance(dialog, AboutDialog)
+        labels = " ".join(label.text() for label in dialog.findChildren(QLabel))
+        seen["labels"] = labels
+        names = [dialog.table.item(row, 0).text() for row in range(dialog.table.rowCount())]
+        seen["names"] = names
+        dialog.table.selectRow(names.index("Qt"))
+        seen["qt"] = dialog.license_text.toPlainText()
+        dialog.reject()
+
+    about = next(a for a in w.menuBar().actions() if a.text() == "&Help").menu().actions()
+    QTimer.singleShot(0, inspect)
+    next(a for a in about if a.text() == "&About Vocable").trigger()
+    assert f"ABI {_engine.abi_version()}, accepts {_engine.abi_min_version()} to {_engine.abi_version()}" \
+        in seen["labels"]
+    assert _engine.ggml_version() in seen["labels"]
+    assert "Qwen3-TTS 12Hz 0.6B Base (f32) (license: not recorded in this model file" in seen["labels"]
+    assert {"vocable", "libggml-python", "Qt", "Python"} <= set(seen["names"])
+    assert "GNU LESSER GENERAL PUBLIC LICENSE" in seen["qt"]
 
 
 # -- the selftest ----------------------------------------------------------------------------------------------------

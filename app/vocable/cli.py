@@ -185,6 +185,27 @@ def _cmd_bench(args) -> int:
     return run_bench(args)
 
 
+def _cmd_about(args) -> int:
+    from . import about
+    from .errors import ModelError
+    from .models import ModelStore
+    from .settings import Settings
+
+    described = None
+    in_use = Settings.load().model_path
+    if args.model:
+        entry = ModelStore().describe(Path(args.model))
+        described = (entry.name, entry.license)
+    elif in_use:
+        try:
+            entry = ModelStore().describe(Path(in_use))
+            described = (entry.name, entry.license)
+        except ModelError:
+            pass  # the app asks for another model at its next start; the rest is still worth printing
+    print(about.report(described, with_texts=args.licenses))
+    return 0
+
+
 def version_text() -> str:
     from . import _engine
     return (f"vocable {_engine.__version__}; engine {_engine.version()} (ABI {_engine.abi_version()}, accepts "
@@ -241,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", help="where --selftest saves the speech (default: vocable-selftest.wav)")
     g.add_argument("--text", help="what --selftest says")
     g.set_defaults(func=_cmd_gui)
+
+    a = sub.add_parser("about", help="versions, the model's license and the licenses of every bundled component")
+    a.add_argument("--licenses", action="store_true", help="print every license text too")
+    a.add_argument("--model", help="a converted .gguf model (default: the one the app uses)")
+    a.set_defaults(func=_cmd_about)
 
     b = sub.add_parser("bench", help="time the engine against the PyTorch reference on random real-size weights")
     b.add_argument("--threads", type=int, default=2)

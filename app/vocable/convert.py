@@ -162,6 +162,7 @@ class ModelFolder:
     speech_config: dict
     generation_config: dict
     tokenizer_files: dict[str, str]
+    license: str | None = None   # what the model card declares
 
     @property
     def talker(self) -> dict:
@@ -206,11 +207,29 @@ def read_model_folder(root: Path) -> ModelFolder:
             raise ConversionError(f"{path} is missing: the text tokenizer files are part of the model folder")
         tokenizer_files[name] = path.read_text(encoding="utf-8")
     try:
-        folder = ModelFolder(root, config, speech_config, generation_config, tokenizer_files)
+        folder = ModelFolder(root, config, speech_config, generation_config, tokenizer_files,
+                             model_card_license(root / "README.md"))
         folder.talker, folder.predictor, folder.decoder  # noqa: B018  (presence check)
     except KeyError as e:
         raise ConversionError(f"{root}/config.json lacks {e}: not a Qwen3-TTS 12 Hz Base config") from e
     return folder
+
+
+def model_card_license(readme: Path) -> str | None:
+    """The license a Hugging Face model card declares in its front matter (`license: apache-2.0`;
+    for `other`, its `license_name`), or None without a card or a declaration."""
+    try:
+        text = readme.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    front = re.match(r"---\s*\n(.*?)\n---\s*(\n|$)", text, re.DOTALL)
+    if not front:
+        return None
+    fields = dict(re.findall(r"^(license(?:_name)?):[ \t]*['\"]?([^'\"\n]*?)['\"]?[ \t]*$", front[1], re.MULTILINE))
+    declared = fields.get("license") or None
+    if declared == "other" and fields.get("license_name"):
+        return fields["license_name"]
+    return declared
 
 
 def _metadata(m: ModelFolder) -> list[tuple[str, object]]:
@@ -475,6 +494,8 @@ def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn
         writer = gguf.GGUFWriter(str(partial), ARCH, use_temp_file=False)
         writer.add_name(f"Qwen3-TTS 12Hz {folder.config.get('tts_model_size', '')} Base ({weight_type})")
         writer.add_file_type(file_type)
+        if folder.license:
+            writer.add_license(folder.license)
         writer.add_uint32(f"{ARCH}.format_version", FORMAT_VERSION)
         for key, value in _metadata(folder):
             _add_kv(writer, key, value)

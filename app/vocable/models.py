@@ -47,7 +47,7 @@ FILE_TYPES = {0: "f32", 1: "f16", 7: "q8_0", 14: "q4_k"}   # general.file_type, 
 # Output size relative to the bf16 checkpoint, for the free-space check before a conversion.
 _SIZE_FACTOR = {"f32": 2.1, "f16": 1.1, "q8_0": 0.7, "q4_k": 0.5}
 _DOWNLOAD_SHARE = 0.8   # share of download()'s progress taken by the download (the rest: converting)
-_DOWNLOAD_FILES = re.compile(r"^(speech_tokenizer/)?[^/]+\.(json|txt|safetensors)$")
+_DOWNLOAD_FILES = re.compile(r"^((speech_tokenizer/)?[^/]+\.(json|txt|safetensors)|README\.md|LICENSE)$")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class ModelEntry:
     variant: str          # "0.6B", "1.7B" or the converter's tag
     weight_type: str      # f32, f16, q8_0, q4_k
     size_bytes: int
+    license: str | None = None   # general.license: what the model card declared when it was converted
 
 
 def variant_name(tag: str) -> str:
@@ -69,7 +70,7 @@ def variant_name(tag: str) -> str:
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-_WANTED = {"general.architecture", "general.name", "general.file_type", "general.alignment",
+_WANTED = {"general.architecture", "general.name", "general.file_type", "general.alignment", "general.license",
            f"{ARCH}.model_type", f"{ARCH}.model_size", f"{ARCH}.format_version"}
 MAX_KV = 1 << 20
 MAX_TENSORS = 1 << 20
@@ -258,7 +259,9 @@ class ModelStore:
         name = str(meta.get("general.name") or gguf.stem)
         if tag:
             name = name.replace(tag, variant)  # "Qwen3-TTS 12Hz 0b6 Base (q8_0)" -> "... 0.6B ..."
-        return ModelEntry(gguf, name, variant, weight_type, meta["file_size"])
+        license = meta.get("general.license")
+        return ModelEntry(gguf, name, variant, weight_type, meta["file_size"],
+                          license if isinstance(license, str) and license.strip() else None)
 
     def add_converted(self, gguf: Path) -> ModelEntry:
         """Copies a converted model into the store (checked first; atomically)."""

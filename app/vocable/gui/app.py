@@ -16,6 +16,8 @@ import sys
 import traceback
 from pathlib import Path
 
+APP_ICON = Path(__file__).resolve().parent.parent / "data" / "icons" / "vocable.png"
+
 log = logging.getLogger("vocable.gui")
 
 SELFTEST_TEXT = "Hello, this is a test of Vocable."
@@ -70,7 +72,7 @@ def make_application(argv: list[str] | None = None):
     """The QApplication (made once): high-DPI without rounding, the platform's own style and
     palette (light or dark as the system is)."""
     from PySide6.QtCore import Qt, qInstallMessageHandler
-    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtGui import QGuiApplication, QIcon
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance()
@@ -83,6 +85,7 @@ def make_application(argv: list[str] | None = None):
     app.setApplicationDisplayName("Vocable")
     app.setOrganizationName("Vocable")
     app.setDesktopFileName("vocable")
+    app.setWindowIcon(QIcon(str(APP_ICON)))
     return app
 
 

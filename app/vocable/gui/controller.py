@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from ..errors import AudioDeviceError, VocableError
+from ..about import model_license
+from ..errors import AudioDeviceError, ModelError, VocableError
 from ..models import DEFAULT_REPO
 from . import workers
 from .clip_player import ClipPlayer
@@ -281,6 +282,16 @@ class Controller(QObject):
     @property
     def has_model(self) -> bool:
         return self.engine is not None
+
+    def model_license(self) -> tuple[str, str] | None:
+        """(the model in use, what is known of its license) for the about dialog; None without one."""
+        if self.model_path is None:
+            return None
+        try:
+            entry = self.models.describe(self.model_path)
+        except ModelError as e:
+            return self.model_path.name, f"unknown ({e})"
+        return entry.name, model_license(entry.license)
 
     def import_hf_folder(self, folder: Path, weight_type: str | None = None) -> None:
         weight_type = weight_type or self.settings.quantization

@@ -300,10 +300,8 @@ class MainWindow(QMainWindow):
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(log_dir())))
 
     def about(self) -> None:
-        from .. import __version__
-        QMessageBox.about(self, "About Vocable",
-                          f"<p><b>Vocable</b> {__version__}</p><p>Clones a voice from a few seconds of audio and "
-                          "speaks any text in it, locally, with Qwen3-TTS 12 Hz Base.</p>")
+        from .about_dialog import AboutDialog
+        AboutDialog(self.c.model_license(), self).exec()
 
     # -- drag and drop anywhere on the window ---------------------------------------------------------------
 
