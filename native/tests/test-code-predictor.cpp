@@ -13,6 +13,7 @@
 // q8_0, q4_k) report the frame-0 logits cosine and the share of identical picks with each step
 // fed the reference's previous code; f16 and q8_0 must keep the cosine >= 0.99.
 #include "code-predictor.h"
+#include "test-model.h"
 #include "test-util.h"
 
 #include "gguf-names.h"
@@ -25,7 +26,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -35,25 +35,8 @@
 
 namespace {
 
-int failures = 0;
-
-void check(bool ok, const char * fmt, ...) __attribute__((format(printf, 2, 3)));
-void check(bool ok, const char * fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(ok ? stdout : stderr, "%s: ", ok ? "ok  " : "FAIL");
-    vfprintf(ok ? stdout : stderr, fmt, ap);
-    fputc('\n', ok ? stdout : stderr);
-    va_end(ap);
-    if (!ok) {
-        ++failures;
-    }
-}
-
-std::vector<float> row(const test::npy_array & a, int64_t r) {
-    const int64_t c = a.cols();
-    return std::vector<float>(a.f32.begin() + r * c, a.f32.begin() + (r + 1) * c);
-}
+using test::check;
+using test::row;
 
 // ---- sampler kernel --------------------------------------------------------------------------
 
@@ -109,43 +92,23 @@ void test_sampler_kernel() {
 
 // ---- model -----------------------------------------------------------------------------------
 
-struct loaded_model {
-    std::unique_ptr<qt::model_loader> loader;
-    qt::talker                        talker;
-    qt::code_predictor                cp;
+struct loaded_model : test::loaded_model {
+    qt::code_predictor cp;
 };
 
 std::unique_ptr<loaded_model> load(const std::string & path, const qt::cpu_backend & backend) {
-    auto m = std::make_unique<loaded_model>();
-    m->loader = std::make_unique<qt::model_loader>(path, backend.get());
-    m->talker.load(*m->loader);
+    auto m = test::load_talker<loaded_model>(path, backend);
     m->cp.load(*m->loader, m->talker);
     return m;
 }
 
 // The distinct types of the code predictor's matrices, e.g. "f16+q8_0".
 std::string type_name_of(const loaded_model & m) {
-    std::vector<std::string> names;
-    auto note = [&](const std::string & tensor) {
-        const std::string t = ggml_type_name(m.loader->require(tensor)->type);
-        if (std::find(names.begin(), names.end(), t) == names.end()) {
-            names.push_back(t);
-        }
-    };
-    for (int i = 0; i < m.cp.hparams().layers; ++i) {
-        for (const char * w : { "attn_q", "attn_k", "attn_v", "attn_o", "ffn_gate", "ffn_up", "ffn_down" }) {
-            note("cp.blk." + std::to_string(i) + "." + w + ".weight");
-        }
-    }
+    std::vector<std::string> heads;
     for (int q = 0; q < m.cp.hparams().n_codes; ++q) {
-        note("cp.head." + std::to_string(q) + ".weight");
+        heads.push_back("cp.head." + std::to_string(q) + ".weight");
     }
-    std::sort(names.begin(), names.end());
-    std::string out;
-    for (const auto & n : names) {
-        out += (out.empty() ? "" : "+") + n;
-    }
-    return out;
+    return test::matrix_types(*m.loader, "cp", m.cp.hparams().layers, heads);
 }
 
 struct mode_result {
@@ -389,16 +352,11 @@ int main(int argc, char ** argv) {
     setvbuf(stdout, nullptr, _IONBF, 0);
     if (argc == 2 && std::string(argv[1]) == "--sampler") {
         test_sampler_kernel();
-        printf("%s\n", failures ? "FAILED" : "all sampler kernel tests passed");
-        return failures ? 1 : 0;
+        return test::finish("all sampler kernel tests passed");
     }
     if (argc >= 3 && std::string(argv[1]) == "--bench") {
-        try {
-            return bench(argv[2], argc > 3 ? atoi(argv[3]) : 50, argc > 4 ? atoi(argv[4]) : 2);
-        } catch (const std::exception & e) {
-            fprintf(stderr, "FAIL: %s\n", e.what());
-            return 1;
-        }
+        return test::run_or_fail(
+            [&] { return bench(argv[2], argc > 3 ? atoi(argv[3]) : 50, argc > 4 ? atoi(argv[4]) : 2); });
     }
     if (argc < 3) {
         fprintf(stderr, "usage: %s --sampler | --bench MODEL [N_FRAMES [N_THREADS]] | REF_DIR F32.gguf [OTHER.gguf...]\n",
@@ -406,7 +364,7 @@ int main(int argc, char ** argv) {
         return 2;
     }
     const std::string ref = argv[1];
-    try {
+    return test::run_or_fail([&] {
         qt::cpu_backend backend(2);
         auto m = load(argv[2], backend);
         const qt::code_predictor_hparams & hp = m->cp.hparams();
@@ -419,20 +377,13 @@ int main(int argc, char ** argv) {
         test_sampling(ref, *m, backend);
         for (int i = 3; i < argc; ++i) {
             auto q = load(argv[i], backend);
-            const std::string file = argv[i];
-            const bool must = file.find("f16") != std::string::npos || file.find("q8_0") != std::string::npos;
+            const std::string types = type_name_of(*q);
             for (const char * mode : { "xvec", "icl" }) {
                 const mode_result r = run_mode(ref, mode, *q, backend, false);
-                check(!must || r.min_row_cos >= 0.99,
-                      "%s (matrices %s) %s: frame-0 logits min row cos %.6f, teacher-forced picks %d/%d identical",
-                      file.substr(file.find_last_of('/') + 1).c_str(), type_name_of(*q).c_str(), mode, r.min_row_cos,
-                      r.same_codes, r.n_codes);
+                test::check_conversion(argv[i], types, mode, { r.min_row_cos, r.same_codes, r.n_codes },
+                                       "frame-0 logits min row cos", "picks");
             }
         }
-    } catch (const std::exception & e) {
-        fprintf(stderr, "FAIL: %s\n", e.what());
-        return 1;
-    }
-    printf("%s\n", failures ? "FAILED" : "all code predictor tests passed");
-    return failures ? 1 : 0;
+        return test::finish("all code predictor tests passed");
+    });
 }

@@ -16,10 +16,10 @@
 #include "model-loader.h"
 #include "sampler.h"
 #include "talker.h"
+#include "test-model.h"
 #include "test-util.h"
 
 #include <algorithm>
-#include <cstdarg>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,25 +34,13 @@
 
 namespace {
 
+using test::check;
 using test::cosine;
+using test::loaded_model;
 using test::max_abs_diff;
 using test::npy_array;
 using test::npy_read;
-
-int failures = 0;
-
-void check(bool ok, const char * fmt, ...) __attribute__((format(printf, 2, 3)));
-void check(bool ok, const char * fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(ok ? stdout : stderr, "%s: ", ok ? "ok  " : "FAIL");
-    vfprintf(ok ? stdout : stderr, fmt, ap);
-    fputc('\n', ok ? stdout : stderr);
-    va_end(ap);
-    if (!ok) {
-        ++failures;
-    }
-}
+using test::row;
 
 // ---- sampler ---------------------------------------------------------------------------------
 
@@ -181,25 +169,6 @@ void test_sampler() {
 }
 
 // ---- talker parity ---------------------------------------------------------------------------
-
-struct loaded_model {
-    std::unique_ptr<qt::model_loader> loader;
-    qt::talker                        talker;
-    ggml_context_ptr                  ctx;
-    ggml_backend_buffer_ptr           buf;
-};
-
-std::unique_ptr<loaded_model> load(const std::string & path, const qt::cpu_backend & backend) {
-    auto m = std::make_unique<loaded_model>();
-    m->loader = std::make_unique<qt::model_loader>(path, backend.get());
-    m->talker.load(*m->loader);
-    return m;
-}
-
-std::vector<float> row(const npy_array & a, int64_t r) {
-    const int64_t c = a.cols();
-    return std::vector<float>(a.f32.begin() + r * c, a.f32.begin() + (r + 1) * c);
-}
 
 // Text and codec embeddings: the special text vectors, the x-vector trailing text, the x-vector
 // prefill rebuilt from its parts (prompt layout of the reference's generate()).
@@ -392,28 +361,9 @@ void test_step_vs_prefill(const std::string & ref, loaded_model & m, const qt::c
     check(refused, "a step past the KV cache capacity is refused");
 }
 
-// The distinct types of the talker's matrices, e.g. "f16+q8_0" (tiny rows fall back to f16
-// where they are not a whole number of quantization blocks).
+// The distinct types of the talker's matrices, e.g. "f16+q8_0".
 std::string type_name_of(const loaded_model & m) {
-    std::vector<std::string> names;
-    auto note = [&](const std::string & tensor) {
-        const std::string t = ggml_type_name(m.loader->require(tensor)->type);
-        if (std::find(names.begin(), names.end(), t) == names.end()) {
-            names.push_back(t);
-        }
-    };
-    for (int i = 0; i < m.talker.hparams().layers; ++i) {
-        for (const char * w : { "attn_q", "attn_k", "attn_v", "attn_o", "ffn_gate", "ffn_up", "ffn_down" }) {
-            note("talker.blk." + std::to_string(i) + "." + w + ".weight");
-        }
-    }
-    note("talker.codec_head.weight");
-    std::sort(names.begin(), names.end());
-    std::string out;
-    for (const auto & n : names) {
-        out += (out.empty() ? "" : "+") + n;
-    }
-    return out;
+    return test::matrix_types(*m.loader, "talker", m.talker.hparams().layers, { "talker.codec_head.weight" });
 }
 
 
@@ -423,7 +373,7 @@ int bench(const std::string & path, int64_t n_prefill, int64_t n_steps, int n_th
           ggml_type kv_type) {
     qt::cpu_backend backend(n_threads);
     auto t0 = std::chrono::steady_clock::now();
-    auto m = load(path, backend);
+    auto m = test::load_talker(path, backend);
     const qt::talker_hparams & hp = m->talker.hparams();
     auto ms_since = [](std::chrono::steady_clock::time_point t) {
         return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -478,18 +428,14 @@ int main(int argc, char ** argv) {
     setvbuf(stdout, nullptr, _IONBF, 0);
     if (argc == 2 && std::string(argv[1]) == "--sampler") {
         test_sampler();
-        printf("%s\n", failures ? "FAILED" : "all sampler tests passed");
-        return failures ? 1 : 0;
+        return test::finish("all sampler tests passed");
     }
     if (argc >= 3 && std::string(argv[1]) == "--bench") {
-        try {
+        return test::run_or_fail([&] {
             return bench(argv[2], argc > 3 ? atoll(argv[3]) : 64, argc > 4 ? atoll(argv[4]) : 64,
                          argc > 5 ? atoi(argv[5]) : 2, argc > 6 ? atoll(argv[6]) : 0,
                          argc > 7 && std::string(argv[7]) == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32);
-        } catch (const std::exception & e) {
-            fprintf(stderr, "FAIL: %s\n", e.what());
-            return 1;
-        }
+        });
     }
     if (argc < 3) {
         fprintf(stderr, "usage: %s --sampler | --bench MODEL [N_PREFILL [N_STEPS [N_THREADS [CAPACITY [f16]]]]] | REF_DIR F32.gguf "
@@ -497,9 +443,9 @@ int main(int argc, char ** argv) {
         return 2;
     }
     const std::string ref = argv[1];
-    try {
+    return test::run_or_fail([&] {
         qt::cpu_backend backend(2);
-        auto m = load(argv[2], backend);
+        auto m = test::load_talker(argv[2], backend);
         printf("talker: hidden %d, %d layers, %d/%d heads of %d, ffn %d (%s)\n", m->talker.hparams().hidden,
                m->talker.hparams().layers, m->talker.hparams().heads, m->talker.hparams().kv_heads,
                m->talker.hparams().head_dim, m->talker.hparams().ffn, type_name_of(*m).c_str());
@@ -520,22 +466,14 @@ int main(int argc, char ** argv) {
                   mode, r.logits_cos, r.same_codes, r.n_codes);
         }
         for (int i = 3; i < argc; ++i) {
-            auto q = load(argv[i], plain);
-            const std::string type = type_name_of(*q);
-            const std::string file = argv[i];
+            auto q = test::load_talker(argv[i], plain);
+            const std::string types = type_name_of(*q);
             for (const char * mode : { "xvec", "icl" }) {
                 const mode_result r = run_mode(ref, mode, *q, plain, false);
-                const bool must = file.find("f16") != std::string::npos || file.find("q8_0") != std::string::npos;
-                check(!must || r.logits_cos >= 0.99,
-                      "%s (matrices %s) %s: step-0 logits cos %.6f, teacher-forced code0 %d/%d identical",
-                      file.substr(file.find_last_of('/') + 1).c_str(), type.c_str(), mode, r.logits_cos, r.same_codes,
-                      r.n_codes);
+                test::check_conversion(argv[i], types, mode, { r.logits_cos, r.same_codes, r.n_codes },
+                                       "step-0 logits cos", "code0");
             }
         }
-    } catch (const std::exception & e) {
-        fprintf(stderr, "FAIL: %s\n", e.what());
-        return 1;
-    }
-    printf("%s\n", failures ? "FAILED" : "all talker tests passed");
-    return failures ? 1 : 0;
+        return test::finish("all talker tests passed");
+    });
 }

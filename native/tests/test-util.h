@@ -114,6 +114,12 @@ inline double max_abs_diff(const std::vector<float> & a, const std::vector<float
     return m;
 }
 
+// Row `r` of a 2-D float array.
+inline std::vector<float> row(const npy_array & a, int64_t r) {
+    const int64_t c = a.cols();
+    return std::vector<float>(a.f32.begin() + r * c, a.f32.begin() + (r + 1) * c);
+}
+
 // A fresh directory under /tmp for stage dumps, and its removal.
 inline std::string make_temp_dir() {
     char tmpl[] = "/tmp/qt-test-XXXXXX";
