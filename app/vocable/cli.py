@@ -83,27 +83,16 @@ class _ProgressLine:
         if self._tty and self._width:
             print("\r" + " " * self._width + "\r", end="", file=self._out, flush=True)
 
-    @staticmethod
-    def describe(p) -> str:
-        parts = [f"{p.audio_seconds:5.1f} s of audio"]
-        parts.append("first audio " + (f"{p.time_to_first_audio:.2f} s" if p.time_to_first_audio is not None
-                                       else "..."))
-        if p.real_time_factor is not None:
-            parts.append(f"real-time factor {p.real_time_factor:.2f}")
-        if p.segments > 1:
-            parts.append(f"segment {p.segment + 1}/{p.segments}")
-        return "speaking: " + ", ".join(parts)
-
     def _loop(self):
         if self._tty:  # at once, then five times a second
             while True:
-                text = self.describe(self._stream.progress)
+                text = "speaking: " + self._stream.progress.describe()
                 self._width = max(self._width, len(text))
                 print("\r" + text.ljust(self._width), end="", file=self._out, flush=True)
                 if self._stop.wait(0.2):
                     return
         while not self._stop.wait(5.0):
-            print(self.describe(self._stream.progress), file=self._out, flush=True)
+            print("speaking: " + self._stream.progress.describe(), file=self._out, flush=True)
 
 
 def _cmd_say(args) -> int:

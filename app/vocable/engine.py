@@ -95,6 +95,17 @@ class Progress:
         """Elapsed time per second of audio so far (None before any audio)."""
         return self.elapsed / self.audio_seconds if self.audio_seconds > 0 else None
 
+    def describe(self) -> str:
+        """One line for a live display: "2.4 s of audio, first audio after 0.31 s, real-time factor 0.82"."""
+        parts = [f"{self.audio_seconds:.1f} s of audio",
+                 "first audio after " + (f"{self.time_to_first_audio:.2f} s" if self.time_to_first_audio is not None
+                                         else "...")]
+        if self.real_time_factor is not None:
+            parts.append(f"real-time factor {self.real_time_factor:.2f}")
+        if self.segments > 1:
+            parts.append(f"segment {self.segment + 1} of {self.segments}")
+        return ", ".join(parts)
+
 
 @dataclass
 class _Segment:

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from ..engine import Progress
 from ..errors import AudioDeviceError, SynthesisCancelled, VocableError
 
 log = logging.getLogger("vocable.gui")
@@ -227,26 +228,12 @@ class SynthesisRequest:
 
 @dataclass
 class SynthesisStats:
-    """A live progress line: audio generated, time to first audio, live real-time factor."""
-    audio_seconds: float
-    elapsed: float
-    time_to_first_audio: float | None
-    real_time_factor: float | None
-    segment: int
-    segments: int
-    stage: str          # "embedding", "speaking", "done"
+    """A live progress line: the stream's progress, or that the reference is being embedded."""
+    stage: str                          # "embedding", "speaking", "done"
+    progress: Progress | None = None    # None while embedding
 
     def describe(self) -> str:
-        if self.stage == "embedding":
-            return f"embedding the reference voice... {self.elapsed:.1f} s"
-        parts = [f"{self.audio_seconds:.1f} s of audio"]
-        parts.append("first audio after " + (f"{self.time_to_first_audio:.2f} s" if self.time_to_first_audio is not None
-                                             else "..."))
-        if self.real_time_factor is not None:
-            parts.append(f"real-time factor {self.real_time_factor:.2f}")
-        if self.segments > 1:
-            parts.append(f"segment {self.segment + 1} of {self.segments}")
-        return ", ".join(parts)
+        return "embedding the reference voice..." if self.progress is None else self.progress.describe()
 
 
 class SynthesisWorker(Worker):
@@ -285,10 +272,9 @@ class SynthesisWorker(Worker):
 
     def work(self):
         req = self.request
-        started = time.perf_counter()
         voice = req.voice
         if voice is None:
-            self.stats.emit(SynthesisStats(0.0, 0.0, None, None, 0, 1, "embedding"))
+            self.stats.emit(SynthesisStats("embedding"))
             voice = self.engine.embed_voice(req.reference, req.reference_rate, ref_text=req.transcript,
                                             name=req.voice_name)
             self.voice_ready.emit(voice)
@@ -313,7 +299,7 @@ class SynthesisWorker(Worker):
                     now = time.perf_counter()
                     if now - last >= self.STATS_INTERVAL:
                         last = now
-                        self.stats.emit(self._stats(stream, started))
+                        self.stats.emit(self._stats(stream))
                 result = stream.result()
         except BaseException:
             if player is not None:
@@ -321,19 +307,18 @@ class SynthesisWorker(Worker):
             raise
         if player is not None:
             player.finish()
-        self.stats.emit(self._stats(stream, started, done=True))
+        self.stats.emit(self._stats(stream, done=True))
         return result
 
     def live_stats(self) -> SynthesisStats | None:
         """The stream's progress now (thread-safe; for a timer on the GUI thread)."""
         stream = self._stream
-        return None if stream is None else self._stats(stream, None)
+        return None if stream is None else self._stats(stream)
 
     @staticmethod
-    def _stats(stream, started: float | None, done: bool = False) -> SynthesisStats:
-        p = stream.progress
-        return SynthesisStats(p.audio_seconds, p.elapsed, p.time_to_first_audio, p.real_time_factor, p.segment,
-                              p.segments, "done" if done or p.done else "speaking")
+    def _stats(stream, done: bool = False) -> SynthesisStats:
+        progress = stream.progress
+        return SynthesisStats("done" if done or progress.done else "speaking", progress)
 
     def _open_player(self, rate: int):
         from ..playback import StreamPlayer
