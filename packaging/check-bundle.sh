@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks a built bundle the way a user's machine would run it: copies it to a fresh temporary
-# folder, runs `vocable gui --selftest MODEL REF` there under `env -i` (only HOME, PATH=/usr/bin:/bin,
-# QT_QPA_PLATFORM=offscreen and a temporary VOCABLE_HOME: no virtualenv, no PYTHONPATH, no
-# LD_LIBRARY_PATH), then checks the audio it saved and that it wrote nothing inside itself; before
+# folder, puts the model in the user's models folder (platformdirs, under a temporary HOME) and
+# runs `vocable gui --selftest installed REF` there under `env -i` (only HOME, PATH=/usr/bin:/bin
+# and QT_QPA_PLATFORM=offscreen: no virtualenv, no PYTHONPATH, no LD_LIBRARY_PATH), then checks the audio it saved and that it wrote nothing inside itself; before
 # that, `vocable --version` and `vocable about --licenses` (every component has its license text).
 #
 #   bash packaging/check-bundle.sh dist/vocable
@@ -37,7 +37,10 @@ fi
 [ -f "$model" ] || fail "model not found: $model"
 
 # the bundle, somewhere else than where it was built
-mkdir -p "$tmp/app" "$tmp/home" "$tmp/vocable-home" "$tmp/work"
+mkdir -p "$tmp/app" "$tmp/home" "$tmp/work"
+# the user's folders as platformdirs names them on Linux (the app's data, logs)
+user_data="$tmp/home/.local/share/Vocable"
+user_log="$tmp/home/.local/state/Vocable/log/vocable.log"
 cp -a "$bundle_src" "$tmp/app/"
 copy="$tmp/app/$(basename "$bundle_src")"
 exe=""
@@ -59,7 +62,7 @@ esac
 
 # `vocable about`: every component with a license text, the system libraries' copyright files
 about="$tmp/about.txt"
-(cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin VOCABLE_HOME="$tmp/vocable-home" \
+(cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin \
     "$exe" about --licenses --model "$model") > "$about" || fail "vocable about failed"
 if grep -q "no license text found" "$about"; then
     grep "no license text found" "$about" >&2
@@ -73,16 +76,20 @@ done
 grep -q "^Model: .*; license: " "$about" || fail "vocable about does not give the model's license"
 echo "about: $(sed '/^==== /,$d' "$about" | grep -c '^  ') components, $(grep -c '^==== ' "$about") license texts"
 
+# the selftest starts as the app does for a user: it has to find the model in its models folder
+mkdir -p "$user_data/models"
+cp "$model" "$user_data/models/"
+
 start=$(date +%s)
 set +e
 (cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin QT_QPA_PLATFORM=offscreen \
-    VOCABLE_HOME="$tmp/vocable-home" timeout 900 "$exe" gui --selftest "$model" "$ref" --out "$out") \
+    timeout 900 "$exe" gui --selftest installed "$ref" --out "$out") \
     2>&1 | tee "$tmp/selftest.log"
 rc=${PIPESTATUS[0]}
 set -e
 echo "selftest exited $rc after $(( $(date +%s) - start )) s"
 if [ "$rc" -ne 0 ]; then
-    [ -f "$tmp/vocable-home/logs/vocable.log" ] && tail -n 40 "$tmp/vocable-home/logs/vocable.log" >&2
+    [ -f "$user_log" ] && tail -n 40 "$user_log" >&2
     fail "the selftest exited $rc"
 fi
 
@@ -136,11 +143,11 @@ if problems:
     sys.exit("; ".join(problems))
 EOF
 
-# data, settings and logs went to VOCABLE_HOME, nothing into the bundle
+# data, settings and logs went to the user's folders, nothing into the bundle
 (cd "$copy" && find . | sort) > "$tmp/files-after"
 if ! diff -q "$tmp/files-before" "$tmp/files-after" >/dev/null; then
     diff "$tmp/files-before" "$tmp/files-after" | head -n 20 >&2
     fail "the app wrote into its bundle"
 fi
-[ -s "$tmp/vocable-home/logs/vocable.log" ] || fail "no log in VOCABLE_HOME/logs"
-echo "check-bundle: OK ($bundle_src: selftest audio checked; data and logs stayed in VOCABLE_HOME)"
+[ -s "$user_log" ] || fail "no log in $user_log"
+echo "check-bundle: OK ($bundle_src: selftest audio checked; data and logs stayed in the user's folders)"

@@ -470,6 +470,22 @@ def test_selftest_runs_one_clone(home, model, tmp_path):
     assert proc.returncode == 1 and "model not found" in proc.stderr
 
 
+def test_selftest_with_the_installed_model(home, model, tmp_path):
+    import shutil
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VOCABLE_HOME=str(home))
+    command = [sys.executable, "-m", "vocable", "gui", "--selftest", "installed", str(REF), "--out",
+               str(tmp_path / "selftest.wav")]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1 and "no model installed" in proc.stderr, proc.stderr
+
+    (home / "data" / "models").mkdir(parents=True, exist_ok=True)
+    shutil.copy(model, home / "data" / "models" / "tiny.gguf")
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "model ready: tiny.gguf" in proc.stderr
+    assert sf.info(str(tmp_path / "selftest.wav")).frames > 0
+
+
 def test_vocable_alone_opens_the_window_or_says_why_not(home, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
     proc = subprocess.run([sys.executable, "-m", "vocable"], env=env, capture_output=True, text=True, timeout=120)

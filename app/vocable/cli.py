@@ -247,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gui", help="open the desktop app (also what `vocable` alone does)")
     g.add_argument("--selftest", nargs=2, metavar=("MODEL", "REF_AUDIO"),
                    help="open the window, clone REF_AUDIO's voice with MODEL through the same code path as a "
-                        "click, save the result and exit (0: it worked)")
+                        "click, save the result and exit (0: it worked); MODEL 'installed': the model the app "
+                        "finds at start")
     g.add_argument("--out", help="where --selftest saves the speech (default: vocable-selftest.wav)")
     g.add_argument("--text", help="what --selftest says")
     g.set_defaults(func=_cmd_gui)

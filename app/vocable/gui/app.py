@@ -22,6 +22,7 @@ log = logging.getLogger("vocable.gui")
 
 SELFTEST_TEXT = "Hello, this is a test of Vocable."
 SELFTEST_TIMEOUT_S = 900
+INSTALLED_MODEL = "installed"   # --selftest's MODEL for "the one the app finds at start"
 
 
 def setup_logging(verbose: bool = False) -> Path | None:
@@ -116,8 +117,8 @@ def run(argv: list[str] | None = None, selftest: tuple[str, str] | None = None, 
     if selftest is None:
         controller.start()
         return app.exec()
-    test = SelfTest(window, Path(selftest[0]), Path(selftest[1]), Path(out or "vocable-selftest.wav"),
-                    text or SELFTEST_TEXT)
+    model = None if selftest[0] == INSTALLED_MODEL else Path(selftest[0])
+    test = SelfTest(window, model, Path(selftest[1]), Path(out or "vocable-selftest.wav"), text or SELFTEST_TEXT)
     holder["selftest"] = test
     test.begin()
     app.exec()
@@ -125,9 +126,11 @@ def run(argv: list[str] | None = None, selftest: tuple[str, str] | None = None, 
 
 
 class SelfTest:
-    """Drives the window like a user: model, reference drop, text, Generate click, save."""
+    """Drives the window like a user: model, reference drop, text, Generate click, save.
+    Without a model path, the app starts as it does for a user (the model in the settings, else
+    the first in the models folder) and the test fails if it finds none."""
 
-    def __init__(self, window, model: Path, reference: Path, out: Path, text: str):
+    def __init__(self, window, model: Path | None, reference: Path, out: Path, text: str):
         from PySide6.QtCore import QTimer
         self.w, self.c = window, window.c
         self.model, self.reference, self.out, self.text = model, reference, out, text
@@ -148,14 +151,22 @@ class SelfTest:
         c.result_ready.connect(self._result)
         self._timer.start(SELFTEST_TIMEOUT_S * 1000)
         for path, what in ((self.model, "model"), (self.reference, "reference audio")):
-            if not path.is_file():
+            if path is not None and not path.is_file():
                 self._fail(f"{what} not found: {path}")
                 return
         c.refresh_audio(wait=True)
+        if self.model is None:
+            from ..paths import models_dir
+            self._say(f"starting as the app does (models folder: {models_dir()})")
+            c.start()
+            return
         self._say(f"loading {self.model}")
         c.load_model(self.model)
 
     def _model_state(self, state: str, text: str) -> None:
+        if self._stage == "model" and state == "none":
+            from ..paths import models_dir
+            self._fail(f"no model installed: the models folder {models_dir()} has none and the settings name none")
         if self._stage == "model" and state == "ready":
             self._stage = "reference"
             self._say(f"model ready: {text}; dropping {self.reference.name} on the window")
