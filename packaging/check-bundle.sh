@@ -2,14 +2,16 @@
 # Checks a built bundle the way a user's machine would run it: copies it to a fresh temporary
 # folder, puts the model in the user's models folder (platformdirs, under a temporary HOME) and
 # runs `vocable gui --selftest installed REF` there under `env -i` (only HOME, PATH=/usr/bin:/bin
-# and QT_QPA_PLATFORM=offscreen: no virtualenv, no PYTHONPATH, no LD_LIBRARY_PATH), then checks the audio it saved and that it wrote nothing inside itself; before
-# that, `vocable --version` and `vocable about --licenses` (every component has its license text).
+# and QT_QPA_PLATFORM=offscreen: no virtualenv, no PYTHONPATH, no LD_LIBRARY_PATH) and, where
+# Xvfb is installed (required in CI), again on xcb, a desktop's platform, on a virtual X screen;
+# checks the audio each run saved and that the app wrote nothing inside itself. Before that,
+# `vocable --version` and `vocable about --licenses` (every component has its license text).
 #
 #   bash packaging/check-bundle.sh dist/vocable
 #
 # The model is the tiny test model (tests/fixtures/tiny-0.6b/model) converted to q8_0 with a
 # development `vocable` (VOCABLE_CLI; default: build/bundle-venv from build.sh, else .venv);
-# MODEL=path.gguf skips the conversion. Needs python3 (stdlib only) to read the WAV header.
+# MODEL=path.gguf skips the conversion. Needs python3 (stdlib only) for packaging/check-wav.py.
 set -euo pipefail
 if [ $# -ne 1 ] || [ ! -d "$1" ]; then
     echo "usage: $0 BUNDLE_DIR   (the folder build.sh made, e.g. dist/vocable)" >&2
@@ -20,7 +22,8 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 ref="$root/tests/fixtures/tiny-0.6b/reference/ref_24k.wav"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/vocable-check.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+xvfb=""
+trap 'if [ -n "$xvfb" ]; then kill "$xvfb" 2>/dev/null || true; fi; rm -rf "$tmp"' EXIT
 fail() { echo "check-bundle: FAIL: $*" >&2; exit 1; }
 
 # the model, converted outside the bundle
@@ -51,7 +54,6 @@ done
 (cd "$copy" && find . | sort) > "$tmp/files-before"
 echo "bundle copied to $copy ($(du -sh "$copy" | cut -f1))"
 
-out="$tmp/work/selftest.wav"
 version=$(cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin "$exe" --version) \
     || fail "vocable --version failed"
 echo "bundle: $version"
@@ -80,68 +82,45 @@ echo "about: $(sed '/^==== /,$d' "$about" | grep -c '^  ') components, $(grep -c
 mkdir -p "$user_data/models"
 cp "$model" "$user_data/models/"
 
-start=$(date +%s)
-set +e
-(cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin QT_QPA_PLATFORM=offscreen \
-    timeout 900 "$exe" gui --selftest installed "$ref" --out "$out") \
-    2>&1 | tee "$tmp/selftest.log"
-rc=${PIPESTATUS[0]}
-set -e
-echo "selftest exited $rc after $(( $(date +%s) - start )) s"
-if [ "$rc" -ne 0 ]; then
-    [ -f "$user_log" ] && tail -n 40 "$user_log" >&2
-    fail "the selftest exited $rc"
+# selftest PLATFORM OUT [VAR=VALUE...]: the app's selftest under env -i with those variables more,
+# then checks it ran on that Qt platform and the audio it saved
+selftest() {
+    local platform="$1" out="$2" start rc
+    shift 2
+    start=$(date +%s)
+    set +e
+    (cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin "$@" \
+        timeout 900 "$exe" gui --selftest installed "$ref" --out "$out") 2>&1 | tee "$tmp/selftest.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    echo "selftest ($platform) exited $rc after $(( $(date +%s) - start )) s"
+    if [ "$rc" -ne 0 ]; then
+        [ -f "$user_log" ] && tail -n 40 "$user_log" >&2
+        fail "the selftest ($platform) exited $rc"
+    fi
+    grep -q "^selftest: Qt platform: $platform\$" "$tmp/selftest.log" || fail "the selftest did not run on Qt's $platform"
+    python3 "$root/packaging/check-wav.py" "$out" || fail "the selftest's audio ($platform) is not right"
+}
+
+selftest offscreen "$tmp/work/selftest.wav" QT_QPA_PLATFORM=offscreen
+
+# a desktop's platform (xcb, as on X11 and through XWayland) on a virtual X screen
+if [ "$(uname -s)" = Linux ]; then
+    if command -v Xvfb >/dev/null; then
+        Xvfb -displayfd 3 -screen 0 1280x800x24 -nolisten tcp 3>"$tmp/display" 2>"$tmp/xvfb.log" &
+        xvfb=$!
+        for _ in $(seq 100); do [ -s "$tmp/display" ] && break; sleep 0.1; done
+        [ -s "$tmp/display" ] || { cat "$tmp/xvfb.log" >&2; fail "Xvfb did not start"; }
+        selftest xcb "$tmp/work/selftest-xcb.wav" DISPLAY=":$(cat "$tmp/display")"
+        kill "$xvfb"
+        wait "$xvfb" 2>/dev/null || true
+        xvfb=""
+    elif [ -n "${CI:-}" ]; then
+        fail "Xvfb is not installed, so the xcb platform cannot be checked (apt install xvfb)"
+    else
+        echo "check-bundle: Xvfb is not installed: the xcb platform is not checked"
+    fi
 fi
-
-# the audio: a readable WAV, 24 kHz, long enough, not silent
-python3 - "$out" <<'EOF' || fail "the selftest's audio is not right"
-import array, struct, sys
-
-path = sys.argv[1]
-try:
-    data = open(path, "rb").read()
-except OSError as e:
-    sys.exit(f"cannot read {path}: {e}")
-if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-    sys.exit(f"{path} is not a WAV file")
-pos, fmt, pcm = 12, None, None
-while pos + 8 <= len(data):
-    cid, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
-    body = data[pos + 8:pos + 8 + size]
-    if cid == b"fmt ":
-        fmt = struct.unpack("<HHIIHH", body[:16])
-        if fmt[0] == 0xFFFE and len(body) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the sub-format GUID
-            fmt = (struct.unpack("<H", body[24:26])[0],) + fmt[1:]
-    elif cid == b"data":
-        pcm = body
-    pos += 8 + size + (size & 1)
-if fmt is None or pcm is None:
-    sys.exit(f"{path}: no fmt or data chunk")
-tag, channels, rate, _, _, bits = fmt
-if (tag, bits) == (1, 16):
-    x, scale = array.array("h", pcm[:len(pcm) // 2 * 2]), 32768.0
-elif (tag, bits) == (3, 32):
-    x, scale = array.array("f", pcm[:len(pcm) // 4 * 4]), 1.0
-else:
-    sys.exit(f"{path}: unexpected sample format (tag {tag}, {bits} bit)")
-if sys.byteorder != "little":
-    x.byteswap()
-seconds = len(x) / channels / rate
-peak = max((abs(v) for v in x), default=0) / scale
-rms = (sum(float(v) * v for v in x) / max(len(x), 1)) ** 0.5 / scale
-print(f"audio: {path}: {rate} Hz, {channels} channel(s), {bits} bit, {seconds:.2f} s, peak {peak:.3f}, rms {rms:.4f}")
-problems = []
-if rate != 24000:
-    problems.append(f"sample rate {rate}, expected 24000")
-if channels != 1:
-    problems.append(f"{channels} channels, expected 1")
-if seconds < 0.08:
-    problems.append(f"only {seconds:.3f} s of audio")
-if peak < 1e-3 or rms < 1e-4:
-    problems.append("the audio is silent")
-if problems:
-    sys.exit("; ".join(problems))
-EOF
 
 # data, settings and logs went to the user's folders, nothing into the bundle
 (cd "$copy" && find . | sort) > "$tmp/files-after"

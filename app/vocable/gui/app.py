@@ -154,6 +154,8 @@ class SelfTest:
             if path is not None and not path.is_file():
                 self._fail(f"{what} not found: {path}")
                 return
+        from PySide6.QtGui import QGuiApplication
+        self._say(f"Qt platform: {QGuiApplication.platformName()}")
         c.refresh_audio(wait=True)
         if self.model is None:
             from ..paths import models_dir
