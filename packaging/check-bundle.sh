@@ -78,6 +78,31 @@ done
 grep -q "^Model: .*; license: " "$about" || fail "vocable about does not give the model's license"
 echo "about: $(sed '/^==== /,$d' "$about" | grep -c '^  ') components, $(grep -c '^==== ' "$about") license texts"
 
+# Linux desktop integration: the entry and icons go to XDG_DATA_HOME, Exec runs this copy
+if [ -x "$copy/install-desktop.sh" ]; then
+    xdg="$tmp/xdg-data"
+    env -i HOME="$tmp/home" PATH=/usr/bin:/bin XDG_DATA_HOME="$xdg" "$copy/install-desktop.sh" >/dev/null \
+        || fail "install-desktop.sh failed"
+    entry="$xdg/applications/vocable.desktop"
+    [ -f "$entry" ] && [ -f "$xdg/icons/hicolor/256x256/apps/vocable.png" ] \
+        && [ -f "$xdg/icons/hicolor/scalable/apps/vocable.svg" ] || fail "install-desktop.sh left no entry or icons"
+    if command -v desktop-file-validate >/dev/null; then
+        problems=$(desktop-file-validate "$entry" 2>&1) || true
+        [ -z "$problems" ] || fail "the installed desktop entry is not valid: $problems"
+    elif [ -n "${CI:-}" ]; then
+        fail "desktop-file-validate is not installed (apt install desktop-file-utils)"
+    fi
+    exec_line=$(sed -n 's/^Exec=//p' "$entry")
+    [ "$exec_line" = "\"$copy/vocable\"" ] || fail "the desktop entry runs $exec_line, not this bundle"
+    launched=$(cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin sh -c "$exec_line --version") \
+        || fail "the desktop entry's command does not run"
+    [ "$launched" = "$version" ] || fail "the desktop entry's command printed $launched"
+    env -i HOME="$tmp/home" PATH=/usr/bin:/bin XDG_DATA_HOME="$xdg" "$copy/install-desktop.sh" --uninstall \
+        >/dev/null || fail "install-desktop.sh --uninstall failed"
+    [ ! -e "$entry" ] || fail "install-desktop.sh --uninstall left $entry"
+    echo "desktop entry: installed, ran $exec_line --version, removed"
+fi
+
 # the selftest starts as the app does for a user: it has to find the model in its models folder
 mkdir -p "$user_data/models"
 cp "$model" "$user_data/models/"
