@@ -40,7 +40,7 @@ fi
 [ -f "$model" ] || fail "model not found: $model"
 
 # the bundle, somewhere else than where it was built
-mkdir -p "$tmp/app" "$tmp/home" "$tmp/work"
+mkdir -p "$tmp/app" "$tmp/home" "$tmp/empty-home" "$tmp/work"
 # the user's folders as platformdirs names them on Linux (the app's data, logs)
 user_data="$tmp/home/.local/share/Vocable"
 user_log="$tmp/home/.local/state/Vocable/log/vocable.log"
@@ -102,6 +102,16 @@ if [ -x "$copy/install-desktop.sh" ]; then
     [ ! -e "$entry" ] || fail "install-desktop.sh --uninstall left $entry"
     echo "desktop entry: installed, ran $exec_line --version, removed"
 fi
+
+# without a model, the app starts and asks for one (the setup screen) instead of failing
+set +e
+none=$(cd "$tmp/work" && env -i HOME="$tmp/empty-home" PATH=/usr/bin:/bin QT_QPA_PLATFORM=offscreen \
+    timeout 300 "$exe" gui --selftest installed "$ref" --out "$tmp/work/none.wav" 2>&1)
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep -q "selftest: error: no model installed" <<<"$none" \
+    || { echo "$none" >&2; fail "without a model the selftest exited $rc instead of saying it has none"; }
+echo "no model: the app says so ($(grep -o 'no model installed[^;]*' <<<"$none"))"
 
 # the selftest starts as the app does for a user: it has to find the model in its models folder
 mkdir -p "$user_data/models"
