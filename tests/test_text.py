@@ -211,7 +211,7 @@ def test_model_errors(tmp_path, converted):
     with pytest.raises(ModelError, match="does not exist"):
         TextTokenizer.from_gguf(tmp_path / "missing.gguf")
     (tmp_path / "text.gguf").write_text("not a model")
-    with pytest.raises(ModelError, match="not a readable GGUF"):
+    with pytest.raises(ModelError, match="text.gguf is not a GGUF model file"):
         TextTokenizer.from_gguf(tmp_path / "text.gguf")
     (tmp_path / "empty.gguf").write_bytes(b"")
     with pytest.raises(ModelError):

@@ -29,6 +29,7 @@ from .audio_io import FILE_FORMATS, _file_format, prepare_reference, write_audio
 from .errors import ModelError, SynthesisCancelled, VocableError
 from .voice import Voice
 
+LANGUAGES_KEY = "qwen3-tts.talker.language_names"
 X_VECTOR = "x-vector"
 IN_CONTEXT = "in-context"
 
@@ -400,8 +401,16 @@ class Engine:
         self.info: dict = self._ctx.model_info()
         self._lock = threading.Lock()
         self._active: Synthesis | None = None
-        self._tokenizer = None
-        self._languages: tuple[str, ...] | None = None
+        # Read now, in one pass over the metadata, so the first synthesis starts as quickly as the next.
+        from .gguf_header import read_gguf_header
+        from .text import GGUF_TOKENIZER_KEYS, TextTokenizer
+        try:
+            meta = read_gguf_header(path, GGUF_TOKENIZER_KEYS | {LANGUAGES_KEY})
+            self._tokenizer = TextTokenizer.from_metadata(meta, path)
+        except ModelError:
+            self._ctx.close()
+            raise
+        self._languages = tuple(meta.get(LANGUAGES_KEY) or ())
 
     def close(self) -> None:
         """Cancels a running synthesis and frees the model."""
@@ -422,13 +431,6 @@ class Engine:
     @property
     def languages(self) -> tuple[str, ...]:
         """The languages the model knows ("auto" picks by itself), read from the model file."""
-        if self._languages is None:
-            from gguf import GGUFReader
-            try:
-                field = GGUFReader(str(self.model_path)).fields.get("qwen3-tts.talker.language_names")
-                self._languages = tuple(field.contents()) if field is not None else ()
-            except (OSError, ValueError) as e:
-                raise ModelError(f"{self.model_path} is not a readable GGUF model ({e})") from None
         return self._languages
 
     def embed_voice(self, samples: np.ndarray, sample_rate: int, ref_text: str | None = None, name: str = "") -> Voice:
@@ -445,10 +447,7 @@ class Engine:
 
     @property
     def tokenizer(self):
-        """The model's text tokenizer (read from the model file on first use)."""
-        if self._tokenizer is None:
-            from .text import TextTokenizer
-            self._tokenizer = TextTokenizer.from_gguf(self.model_path)
+        """The model's text tokenizer (text.TextTokenizer), read from the model file."""
         return self._tokenizer
 
     def synthesize(self, text: str, voice: Voice, language: str = "auto", ref_text: str | None = None, *,

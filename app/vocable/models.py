@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import socket
-import struct
 import threading
 import time
 import urllib.parse
@@ -35,6 +34,7 @@ from typing import Callable
 from . import paths
 from .convert import ARCH, FORMAT_VERSION, WEIGHT_TYPES, ConversionCancelled, ConversionError
 from .errors import ModelError, VocableError
+from .gguf_header import read_gguf_header
 
 log = logging.getLogger("vocable.models")
 
@@ -66,127 +66,8 @@ def variant_name(tag: str) -> str:
     return f"{m[1]}.{m[2]}B" if m else (tag or "unknown")
 
 
-# ---- GGUF header ------------------------------------------------------------------------------
-
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
 _WANTED = {"general.architecture", "general.name", "general.file_type", "general.alignment", "general.license",
            f"{ARCH}.model_type", f"{ARCH}.model_size", f"{ARCH}.format_version"}
-MAX_KV = 1 << 20
-MAX_TENSORS = 1 << 20
-MAX_KEY_BYTES = 1 << 16
-
-
-class _Reader:
-    """Bounded little-endian reads from a file: every length is checked against the file size."""
-
-    def __init__(self, f, size: int, what: str):
-        self.f, self.size, self.what = f, size, what
-
-    def read(self, n: int) -> bytes:
-        if n < 0 or self.f.tell() + n > self.size:
-            raise ModelError(f"{self.what} is truncated or not a GGUF model file")
-        data = self.f.read(n)
-        if len(data) != n:
-            raise ModelError(f"{self.what} is truncated")
-        return data
-
-    def skip(self, n: int) -> None:
-        if n < 0 or self.f.tell() + n > self.size:
-            raise ModelError(f"{self.what} is truncated or not a GGUF model file")
-        self.f.seek(n, os.SEEK_CUR)
-
-    def unpack(self, fmt: str):
-        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
-
-    def string(self, limit: int | None = None, keep: bool = True) -> str | None:
-        n = self.unpack("<Q")
-        if limit is not None and n > limit:
-            raise ModelError(f"{self.what} has an oversized key: not a GGUF model file")
-        if not keep:
-            self.skip(n)
-            return None
-        try:
-            return self.read(n).decode("utf-8")
-        except UnicodeDecodeError:
-            raise ModelError(f"{self.what} has text that is not UTF-8: not a GGUF model file") from None
-
-    def value(self, vtype: int, keep: bool, depth: int = 0):
-        if vtype in _SCALARS:
-            fmt = _SCALARS[vtype]
-            if not keep:
-                self.skip(struct.calcsize(fmt))
-                return None
-            return self.unpack(fmt)
-        if vtype == _STRING:
-            return self.string(keep=keep)
-        if vtype == _ARRAY and depth < 4:
-            item_type, count = self.unpack("<I"), self.unpack("<Q")
-            if item_type in _SCALARS:
-                self.skip(count * struct.calcsize(_SCALARS[item_type]))
-            elif count > self.size:
-                raise ModelError(f"{self.what} is truncated or not a GGUF model file")
-            else:
-                for _ in range(count):
-                    self.value(item_type, False, depth + 1)
-            return None
-        raise ModelError(f"{self.what} has a metadata value of unknown type {vtype}: not a GGUF model file")
-
-
-def read_gguf_header(path: Path) -> dict:
-    """The metadata Vocable needs from a GGUF file, and `data_end` (bytes the tensors need).
-    ModelError when it is not a well-formed GGUF file."""
-    from gguf import GGML_QUANT_SIZES
-
-    path = Path(path)
-    what = path.name
-    try:
-        size = path.stat().st_size
-        f = open(path, "rb")
-    except OSError as e:
-        raise ModelError(f"cannot read {path}: {e.strerror or e}") from e
-    with f:
-        r = _Reader(f, size, what)
-        if size < 24 or f.read(4) != b"GGUF":
-            raise ModelError(f"{what} is not a GGUF model file")
-        version = r.unpack("<I")
-        if version not in (2, 3):
-            raise ModelError(f"{what} is GGUF version {version}; Vocable reads versions 2 and 3")
-        n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
-        if n_tensors > MAX_TENSORS or n_kv > MAX_KV:
-            raise ModelError(f"{what} is not a GGUF model file (implausible counts)")
-        meta: dict = {}
-        for _ in range(n_kv):
-            key = r.string(MAX_KEY_BYTES)
-            vtype = r.unpack("<I")
-            value = r.value(vtype, key in _WANTED)
-            if key in _WANTED:
-                meta[key] = value
-        data_end = 0
-        for _ in range(n_tensors):
-            name = r.string(MAX_KEY_BYTES)
-            n_dims = r.unpack("<I")
-            if not 1 <= n_dims <= 4:
-                raise ModelError(f"{what}: tensor {name[:60]!r} has {n_dims} dimensions")
-            dims = [r.unpack("<Q") for _ in range(n_dims)]
-            ttype, offset = r.unpack("<I"), r.unpack("<Q")
-            if ttype not in GGML_QUANT_SIZES:
-                raise ModelError(f"{what}: tensor {name[:60]!r} has unknown type {ttype}")
-            block, type_size = GGML_QUANT_SIZES[ttype]
-            elements = 1
-            for d in dims:
-                elements *= d
-            if dims[0] % block or elements > size * block:
-                raise ModelError(f"{what}: tensor {name[:60]!r} has an impossible shape {dims}")
-            data_end = max(data_end, offset + elements // block * type_size)
-        alignment = meta.get("general.alignment") or 32
-        if not isinstance(alignment, int) or not 1 <= alignment <= 1 << 16:
-            raise ModelError(f"{what} has an invalid alignment")
-        data_start = -(-f.tell() // alignment) * alignment
-    meta["data_start"] = data_start
-    meta["data_end"] = data_start + data_end
-    meta["file_size"] = size
-    return meta
 
 
 # ---- the store --------------------------------------------------------------------------------
@@ -238,7 +119,7 @@ class ModelStore:
                              "(it is converted then)")
         if not gguf.is_file():
             raise ModelError(f"{gguf} is not a regular file")
-        meta = read_gguf_header(gguf)
+        meta = read_gguf_header(gguf, _WANTED)
         arch = meta.get("general.architecture")
         if arch != ARCH:
             raise ModelError(f"{gguf.name} is a GGUF model for {arch!r}, not a Qwen3-TTS model converted by Vocable")

@@ -46,6 +46,7 @@ GGUF_KEYS = {"vocab.json": "tokenizer.vocab_json", "merges.txt": "tokenizer.merg
 GGUF_SPECIAL_KEYS = {"im_start": "qwen3-tts.text.im_start_id", "im_end": "qwen3-tts.text.im_end_id",
                      "tts_pad": "qwen3-tts.text.tts_pad_id", "tts_bos": "qwen3-tts.text.tts_bos_id",
                      "tts_eos": "qwen3-tts.text.tts_eos_id"}
+GGUF_TOKENIZER_KEYS = frozenset(GGUF_KEYS.values()) | frozenset(GGUF_SPECIAL_KEYS.values())
 CONFIG_SPECIAL_KEYS = {"im_start": "im_start_token_id", "im_end": "im_end_token_id",
                        "tts_pad": "tts_pad_token_id", "tts_bos": "tts_bos_token_id",
                        "tts_eos": "tts_eos_token_id"}
@@ -213,27 +214,24 @@ class TextTokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "TextTokenizer":
-        """From a converted model. Reads the metadata only: GGUFReader maps the file and builds
-        views of the tensors without touching their bytes, so this is quick for any model size."""
-        from gguf import GGUFReader
+        """From a converted model; reads its metadata only, not its tensors."""
+        from .gguf_header import read_gguf_header
 
         path = Path(path)
         if not path.is_file():
             raise ModelError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
-        try:
-            reader = GGUFReader(str(path))
-            fields = reader.fields
-            texts = {name: fields[key].contents() if key in fields else None for name, key in GGUF_KEYS.items()}
-            ids = {name: fields[key].contents() if key in fields else None for name, key in GGUF_SPECIAL_KEYS.items()}
-        except (OSError, ValueError, IndexError, UnicodeDecodeError) as e:
-            raise ModelError(f"{path} is not a readable GGUF model ({e})") from None
-        finally:
-            reader = fields = None  # drop the mapping (Windows keeps mapped files locked)
-        missing = [GGUF_KEYS[n] for n, v in texts.items() if not isinstance(v, str)]
-        missing += [GGUF_SPECIAL_KEYS[n] for n, v in ids.items() if not isinstance(v, int)]
+        return cls.from_metadata(read_gguf_header(path, GGUF_TOKENIZER_KEYS), path)
+
+    @classmethod
+    def from_metadata(cls, meta: dict, path: str | os.PathLike) -> "TextTokenizer":
+        """From the metadata read_gguf_header(path, GGUF_TOKENIZER_KEYS) returned (or more)."""
+        missing = [key for key in GGUF_KEYS.values() if not isinstance(meta.get(key), str)]
+        missing += [key for key in GGUF_SPECIAL_KEYS.values() if not isinstance(meta.get(key), int)]
         if missing:
             raise ModelError(f"{path} lacks {', '.join(missing)}: not a Vocable Qwen3-TTS model, or converted by an "
                              "older version (convert it again with `vocable convert`)")
+        texts = {name: meta[key] for name, key in GGUF_KEYS.items()}
+        ids = {name: meta[key] for name, key in GGUF_SPECIAL_KEYS.items()}
         return cls(texts["vocab.json"], texts["merges.txt"], texts["tokenizer_config.json"], SpecialIds(**ids))
 
     # -- tokenization --------------------------------------------------------------------------
