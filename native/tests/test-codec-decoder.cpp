@@ -7,27 +7,15 @@
 //
 // usage: test-codec-decoder REFERENCE_DIR MODEL.gguf
 #include "qwen3-tts.h"
+#include "test-check.h"
 #include "test-util.h"
 
-#include <cstdarg>
 #include <string>
 #include <vector>
 
 using namespace test;
 
 namespace {
-
-int failures = 0;
-
-void check(bool ok, const char * fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    fprintf(ok ? stdout : stderr, "%s: ", ok ? "ok" : "FAIL");
-    vfprintf(ok ? stdout : stderr, fmt, args);
-    fprintf(ok ? stdout : stderr, "\n");
-    va_end(args);
-    failures += ok ? 0 : 1;
-}
 
 // Residual of `got` against `want`, in dB below want's energy (inf when identical).
 double residual_db(const std::vector<float> & got, const std::vector<float> & want) {
@@ -243,10 +231,5 @@ int main(int argc, char ** argv) {
 
     qt_free(ctx);
     remove_dir(dump_dir);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("all codec decoder checks passed\n");
-    return 0;
+    return finish("all codec decoder checks passed");
 }

@@ -1,53 +1,18 @@
-// Helpers shared by the tests of the model's decoders (test-talker, test-code-predictor): the
-// check lines and their tally, loading a model file, the types of a decoder's matrices and the
-// report of the further conversions (f16, q8_0, q4_k) against the reference.
+// Helpers shared by the tests of the model's decoders (test-talker, test-code-predictor):
+// loading a model file, the types of a decoder's matrices and the report of the further
+// conversions (f16, q8_0, q4_k) against the reference.
 #pragma once
 
 #include "model-loader.h"
 #include "talker.h"
+#include "test-check.h"
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
-#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace test {
-
-inline int failures = 0;
-
-void check(bool ok, const char * fmt, ...) __attribute__((format(printf, 2, 3)));
-
-inline void check(bool ok, const char * fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(ok ? stdout : stderr, "%s: ", ok ? "ok  " : "FAIL");
-    vfprintf(ok ? stdout : stderr, fmt, ap);
-    fputc('\n', ok ? stdout : stderr);
-    va_end(ap);
-    if (!ok) {
-        ++failures;
-    }
-}
-
-// The last line of a run, `passed` when no check failed, and the exit status.
-inline int finish(const char * passed) {
-    printf("%s\n", failures ? "FAILED" : passed);
-    return failures ? 1 : 0;
-}
-
-// The exit status of `run`; an exception (a model that does not load, a missing fixture) is a
-// FAIL line and status 1.
-template <class Run> int run_or_fail(Run run) {
-    try {
-        return run();
-    } catch (const std::exception & e) {
-        fprintf(stderr, "FAIL: %s\n", e.what());
-        return 1;
-    }
-}
 
 struct loaded_model {
     std::unique_ptr<qt::model_loader> loader;

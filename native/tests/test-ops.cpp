@@ -1,6 +1,7 @@
 // Op-level checks of the shared building blocks against naive reference loops.
 #include "graph.h"
 #include "log.h"
+#include "test-check.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,24 +12,18 @@
 
 namespace {
 
-int failures = 0;
+using test::check;
 
 void expect_close(const char * what, const std::vector<float> & got, const std::vector<float> & want, float tol) {
     if (got.size() != want.size()) {
-        fprintf(stderr, "%s: size %zu != %zu\n", what, got.size(), want.size());
-        ++failures;
+        check(false, "%s: size %zu != %zu", what, got.size(), want.size());
         return;
     }
     float worst = 0.0f;
     for (size_t i = 0; i < got.size(); ++i) {
         worst = std::max(worst, std::fabs(got[i] - want[i]));
     }
-    if (!(worst <= tol)) {
-        fprintf(stderr, "%s: max abs error %g > %g\n", what, worst, tol);
-        ++failures;
-    } else {
-        printf("%s: ok (max abs error %.2g)\n", what, worst);
-    }
+    check(worst <= tol, "%s: max abs error %.2g, tolerance %g", what, worst, tol);
 }
 
 std::vector<float> random_vector(size_t n, std::mt19937 & rng) {
@@ -88,9 +83,8 @@ void test_conv(const qt::cpu_backend & backend, int64_t K, int stride, int dilat
     snprintf(name, sizeof(name), "conv1d K %lld stride %d dilation %d%s", (long long) K, stride, dilation,
              bias_and_residual ? " + bias + residual" : "");
     if (y->ne[0] != c_out || y->ne[1] != t_out) {
-        fprintf(stderr, "%s: output %lld x %lld, expected %lld x %lld\n", name, (long long) y->ne[0],
-                (long long) y->ne[1], (long long) c_out, (long long) t_out);
-        ++failures;
+        check(false, "%s: output %lld x %lld, expected %lld x %lld", name, (long long) y->ne[0], (long long) y->ne[1],
+              (long long) c_out, (long long) t_out);
         return;
     }
     expect_close(name, run.read_f32(y), want, 1e-4f);
@@ -117,9 +111,8 @@ void test_sliding_windows(const qt::cpu_backend & backend, int stride) {
     char name[64];
     snprintf(name, sizeof(name), "sliding_windows stride %d", stride);
     if (windows->ne[0] != K * c_in || windows->ne[1] != t_out) {
-        fprintf(stderr, "%s: view is %lld x %lld, expected %lld x %lld\n", name, (long long) windows->ne[0],
-                (long long) windows->ne[1], (long long) (K * c_in), (long long) t_out);
-        ++failures;
+        check(false, "%s: view is %lld x %lld, expected %lld x %lld", name, (long long) windows->ne[0],
+              (long long) windows->ne[1], (long long) (K * c_in), (long long) t_out);
         return;
     }
     std::vector<float> want2 = want;
@@ -238,8 +231,7 @@ void test_snake_beta(const qt::cpu_backend & backend, int64_t C, int64_t T, int6
     char name[96];
     snprintf(name, sizeof(name), "snake_beta C %lld T %lld%s", (long long) C, (long long) T, gap ? " strided" : "");
     if (y->ne[0] != C || y->ne[1] != T || got.size() != want.size()) {
-        fprintf(stderr, "%s: output %lld x %lld\n", name, (long long) y->ne[0], (long long) y->ne[1]);
-        ++failures;
+        check(false, "%s: output %lld x %lld", name, (long long) y->ne[0], (long long) y->ne[1]);
         return;
     }
     double worst = 0.0, worst_ratio = 0.0;
@@ -249,12 +241,7 @@ void test_snake_beta(const qt::cpu_backend & backend, int64_t C, int64_t T, int6
         worst = std::max(worst, err);
         worst_ratio = std::max(worst_ratio, err / tol);
     }
-    if (!(worst_ratio <= 1.0)) {
-        fprintf(stderr, "%s: error %.3g of the tolerance (max abs error %.3g)\n", name, worst_ratio, worst);
-        ++failures;
-    } else {
-        printf("%s: ok (max abs error %.2g, %.2f of the tolerance)\n", name, worst, worst_ratio);
-    }
+    check(worst_ratio <= 1.0, "%s: max abs error %.2g, %.2f of the tolerance", name, worst, worst_ratio);
 }
 
 // The error of sin^2 alone: with inv_beta = 2^16 the output's rounding is 2^-24 sin^2 per
@@ -281,12 +268,7 @@ void test_snake_beta_sine(const qt::cpu_backend & backend) {
     for (size_t i = 0; i < got.size(); ++i) {
         worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / 65536.0);
     }
-    if (!(worst <= 2e-7)) {
-        fprintf(stderr, "snake_beta sin^2 for |alpha x| <= 1e4: max abs error %.3g > 2e-7\n", worst);
-        ++failures;
-    } else {
-        printf("snake_beta sin^2 for |alpha x| <= 1e4: ok (max abs error %.2g)\n", worst);
-    }
+    check(worst <= 2e-7, "snake_beta sin^2 for |alpha x| <= 1e4: max abs error %.2g, tolerance 2e-7", worst);
 }
 
 // Informational: ns per element of snake_beta on (96, 24000) (one second of codec audio at its
@@ -344,7 +326,7 @@ void time_snake_scalar() {
 } // namespace
 
 int main() {
-    try {
+    return test::run_or_fail([] {
         qt::cpu_backend backend(2);
         for (bool extras : { false, true }) {
             test_conv(backend, 1, 1, 1, extras);
@@ -370,14 +352,6 @@ int main() {
         time_snake_beta(1);
         time_snake_beta(2);
         time_snake_scalar();
-    } catch (const std::exception & e) {
-        fprintf(stderr, "test-ops: %s\n", e.what());
-        return 1;
-    }
-    if (failures) {
-        fprintf(stderr, "test-ops: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test-ops: all checks passed\n");
-    return 0;
+        return test::finish("test-ops: all checks passed");
+    });
 }

@@ -3,6 +3,7 @@
 //
 //   test-prompt FIXTURE_REFERENCE_DIR MODEL.gguf
 #include "prompt.h"
+#include "test-check.h"
 #include "test-util.h"
 
 #include "gguf-names.h"
@@ -14,19 +15,10 @@
 
 namespace {
 
-int failures = 0;
-
-void expect(bool ok, const char * what) {
-    printf("%s: %s\n", ok ? "ok" : "FAILED", what);
-    failures += ok ? 0 : 1;
-}
-
 void compare(const char * what, const std::vector<float> & ours, const test::npy_array & ref) {
     const double c = test::cosine(ours, ref.f32);
-    char line[160];
-    snprintf(line, sizeof(line), "%s: %zu vs %zu values, cosine %.7f, max abs diff %.3g", what, ours.size(),
-             ref.f32.size(), c, test::max_abs_diff(ours, ref.f32));
-    expect(ours.size() == ref.f32.size() && c >= 0.9999, line);
+    test::check(ours.size() == ref.f32.size() && c >= 0.9999, "%s: %zu vs %zu values, cosine %.7f, max abs diff %.3g",
+                what, ours.size(), ref.f32.size(), c, test::max_abs_diff(ours, ref.f32));
 }
 
 } // namespace
@@ -37,7 +29,7 @@ int main(int argc, char ** argv) {
         return 2;
     }
     const std::string ref = argv[1];
-    try {
+    return test::run_or_fail([&] {
         qt::cpu_backend backend(2);
         qt::model_loader ml(argv[2], backend.get());
         qt::talker model;
@@ -80,14 +72,15 @@ int main(int argc, char ** argv) {
         req.language_id = english;
         const int64_t with_language = builder.build(backend, no_dump, req).n_prefill;
         req.language_id = -1;
-        expect(builder.build(backend, no_dump, req).n_prefill == with_language - 1, "auto language: no language tag");
+        test::check(builder.build(backend, no_dump, req).n_prefill == with_language - 1,
+                    "auto language: no language tag");
 
         auto rejects = [&](qt::prompt_request r, qt_status status, const char * what) {
             try {
                 builder.build(backend, no_dump, r);
-                expect(false, what);
+                test::check(false, "%s", what);
             } catch (const qt::error & e) {
-                expect(e.status == status, (std::string(what) + " (" + e.what() + ")").c_str());
+                test::check(e.status == status, "%s (%s)", what, e.what());
             }
         };
         qt::prompt_request bad = req;
@@ -104,14 +97,6 @@ int main(int argc, char ** argv) {
         big[4] = 1 << 30;
         bad.text_ids = big.data();
         rejects(bad, QT_STATUS_INVALID_PARAMS, "out-of-range token id is rejected");
-    } catch (const std::exception & e) {
-        fprintf(stderr, "test-prompt: %s\n", e.what());
-        return 1;
-    }
-    if (failures) {
-        fprintf(stderr, "test-prompt: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test-prompt: all checks passed\n");
-    return 0;
+        return test::finish("test-prompt: all checks passed");
+    });
 }
