@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +193,41 @@ def test_drop_generate_and_save(qtbot, home, model, open_window, tmp_path, monke
         assert rate == 24000 and abs(data.shape[0] - result.audio.size) < 2000, ext
     from vocable.settings import Settings
     assert Settings.load().export_dir == str(tmp_path)
+
+
+def test_the_reference_is_embedded_while_the_user_types(qtbot, home, model, open_window, monkeypatch):
+    from vocable.engine import Engine
+    calls = []
+    embed_voice = Engine.embed_voice
+
+    def counted(self, *args, **kwargs):  # the real embedding, counted; the second one slowed down
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            time.sleep(1.0)  # so that Generate surely comes while it runs
+        return embed_voice(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "embed_voice", counted)
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    qtbot.waitUntil(lambda: w.c.reference.voice is not None, timeout=WAIT_MS)   # no click yet
+    assert len(calls) == 1
+    said = []
+    w.c.progress_text.connect(said.append)
+    generate(qtbot, w, "Hello there.")
+    assert not any("embedding" in text for text in said), said
+    assert len(calls) == 1
+
+    # Generate clicked at once: it waits for the embedding already running instead of starting another
+    first = w.c.reference
+    drop(w, REF)
+    qtbot.waitUntil(lambda: w.c.reference is not first, timeout=WAIT_MS)
+    assert w.c.reference.voice is None and not w.c.reference.pending_voice.done()
+    said.clear()
+    generate(qtbot, w, "Hello again.")
+    assert len(calls) == 2 and w.c.result.audio.size > 0
+    assert any("embedding" in text for text in said), said
+    qtbot.waitUntil(lambda: w.c.reference.voice is not None, timeout=WAIT_MS)
 
 
 def test_stop_midway(qtbot, home, model, open_window):

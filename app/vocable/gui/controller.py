@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -78,6 +79,9 @@ class Reference:
     source: Path | None = None
     voice: object = None                  # vocable.Voice once embedded (or from the library)
     library_id: str | None = None         # set when the voice comes from the library
+    # The embedding started in the background as soon as the clip was chosen, so that Generate
+    # does not wait for it (a Generate clicked before it ends waits for it instead of redoing it).
+    pending_voice: Future | None = None
 
     @property
     def seconds(self) -> float:
@@ -265,6 +269,7 @@ class Controller(QObject):
         self._save_settings()
         if self.reference is not None and self.reference.library_id is None:
             self.reference.voice = None  # embeddings belong to a model
+            self._embed_in_background(self.reference)
         self._set_model_state("ready", self.model_description)
         self.languages_changed.emit(self.languages)
         self._update_mode()
@@ -373,11 +378,38 @@ class Controller(QObject):
 
     def _set_reference(self, reference: Reference) -> None:
         self.reference = reference
+        self._embed_in_background(reference)
         self.reference_player.set_clip(reference.samples, reference.sample_rate)
         self.reference_changed.emit()
         self._update_mode()
         warn = f" ({len(reference.warnings)} warning(s))" if reference.warnings else ""
         self.status.emit(f"reference: {reference.name}, {reference.seconds:.1f} s{warn}")
+
+    def _embed_in_background(self, ref: Reference) -> None:
+        """Starts embedding a new clip with the model in use, while the user types."""
+        engine = self.engine
+        if engine is None or ref.voice is not None or ref.samples is None:
+            ref.pending_voice = None
+            return
+        pending = ref.pending_voice = Future()
+        samples, rate, name = ref.samples, ref.sample_rate, ref.name
+
+        def embed(_worker):  # the future is settled here, so a waiting Generate need not wait for this thread's events
+            try:
+                voice = engine.embed_voice(samples, rate, name=name)
+            except BaseException as e:
+                pending.set_exception(e)
+                raise
+            pending.set_result(voice)
+            return voice
+
+        def embedded(voice) -> None:
+            if engine is self.engine and ref.pending_voice is pending:
+                self._voice_embedded(ref, voice)
+
+        workers.start(FunctionWorker(embed, f"embedding {name}"), finished=embedded,
+                      failed=lambda message: log.warning("embedding %s in the background failed (Generate tries "
+                                                         "again and says why): %s", name, message))
 
     def clear_reference(self) -> None:
         self.reference = None
@@ -441,6 +473,7 @@ class Controller(QObject):
                         mode=mode, model=self.model_path.name if self.model_path else "")
         request = SynthesisRequest(text=text, language=language, transcript=transcript, temperature=temperature,
                                    top_k=top_k, seed=seed, greedy=greedy, voice=ref.voice,
+                                   pending_voice=ref.pending_voice if ref.voice is None else None,
                                    reference=ref.samples, reference_rate=ref.sample_rate, voice_name=ref.name,
                                    play=self.audio.output, output_device=self._device(self.settings.output_device),
                                    max_frames=max_frames, settings=settings)

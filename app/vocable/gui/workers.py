@@ -18,6 +18,8 @@ import logging
 import threading
 import time
 import traceback
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -217,6 +219,7 @@ class SynthesisRequest:
     seed: int | None = None
     greedy: bool = False
     voice: Any = None                       # vocable.Voice
+    pending_voice: Future | None = None     # the reference's embedding still running in the background
     reference: np.ndarray | None = None     # mono float32 at reference_rate, to embed when voice is None
     reference_rate: int = 24000
     voice_name: str = ""
@@ -270,9 +273,24 @@ class SynthesisWorker(Worker):
         if player is not None:
             player.stop()
 
+    def _wait_for(self, pending: Future):
+        """The background embedding's voice, or None when it failed (then this worker embeds)."""
+        while True:
+            if self.cancel_requested:
+                raise SynthesisCancelled("synthesis cancelled")
+            try:
+                return pending.result(timeout=0.05)
+            except FutureTimeout:
+                continue
+            except Exception:  # the background embedding failed: this worker embeds and reports why
+                return None
+
     def work(self):
         req = self.request
         voice = req.voice
+        if voice is None and req.pending_voice is not None:
+            self.stats.emit(SynthesisStats("embedding"))
+            voice = self._wait_for(req.pending_voice)
         if voice is None:
             self.stats.emit(SynthesisStats("embedding"))
             voice = self.engine.embed_voice(req.reference, req.reference_rate, ref_text=req.transcript,
