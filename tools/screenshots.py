@@ -7,8 +7,9 @@ It runs the real window on Qt's offscreen platform (a virtual screen: no display
 private VOCABLE_HOME, the tiny test model (converted on the fly) or --model, and the test
 reference clip, and saves: setup.png (first launch, no model), reference.png (a dropped
 reference with its checks and the transcript), generating.png (speech streaming in), result.png
-(the result, with the history) and dark.png (the same with a dark palette). The tiny model speaks
-noise; the screenshots show the app, not a voice.
+(the result, with the history), about.png (Help > About, on Qt's license) and dark.png (the
+result with a dark palette). The tiny model speaks noise; the screenshots show the app, not a
+voice.
 """
 from __future__ import annotations
 
@@ -112,6 +113,13 @@ def main() -> int:
     window.history.list.setCurrentRow(0)
     window.c.result_player.seek(window.c.result_player.seconds * 0.4)
     shot(window, "result")
+
+    from vocable.gui.about_dialog import AboutDialog
+    about = AboutDialog(window.c.model_license(), window)
+    about.show()
+    about.table.selectRow(next(row for row, c in enumerate(about.components) if c.name == "Qt"))
+    shot(about, "about")
+    about.close()
 
     dark = QPalette()
     for role, color in ((QPalette.Window, "#2b2b2b"), (QPalette.WindowText, "#e6e6e6"), (QPalette.Base, "#1e1e1e"),
