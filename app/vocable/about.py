@@ -48,8 +48,8 @@ def _key(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-# What each distribution is to Vocable; others are described by their own summary.
-ROLES = {
+# What each distribution is to Vocable, by normalised name; others are described by their own summary.
+ROLES = {_key(name): role for name, role in {
     "vocable": "this app",
     "libggml-python": "ggml, the tensor library the engine runs on",
     "PySide6-Essentials": "the Qt 6 user interface (Qt's libraries and plugins are inside)",
@@ -63,8 +63,7 @@ ROLES = {
     "huggingface_hub": "downloading models",
     "platformdirs": "where models, voices and history are kept",
     "numpy": "arrays",
-}
-ROLES = {_key(name): role for name, role in ROLES.items()}
+}.items()}
 
 
 def _frozen_root() -> Path | None:

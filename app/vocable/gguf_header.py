@@ -67,11 +67,14 @@ class _Reader:
             item_type, count = self.unpack("<I"), self.unpack("<Q")
             if count > self.size:
                 raise ModelError(f"{self.what} is truncated or not a GGUF model file")
-            if item_type in _SCALARS and not keep:
+            if keep:
+                return [self.value(item_type, True, depth + 1) for _ in range(count)]
+            if item_type in _SCALARS:
                 self.skip(count * struct.calcsize(_SCALARS[item_type]))
-                return None
-            items = [self.value(item_type, keep, depth + 1) for _ in range(count)]
-            return items if keep else None
+            else:
+                for _ in range(count):
+                    self.value(item_type, False, depth + 1)
+            return None
         raise ModelError(f"{self.what} has a metadata value of unknown type {vtype}: not a GGUF model file")
 
 

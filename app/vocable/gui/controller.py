@@ -602,13 +602,17 @@ class Controller(QObject):
 
     # -- voice library -----------------------------------------------------------------------------------
 
-    def voice_entries(self):
+    def _listed(self, entries, what: str) -> list:
+        """A store's entries for a panel; an unreadable store is reported and lists nothing."""
         try:
-            return self.library.entries()
+            return entries()
         except Exception as e:
-            log.exception("cannot list the voices")
-            self.error.emit("Cannot read the voice library", str(e))
+            log.exception("cannot list %s", what)
+            self.error.emit(f"Cannot read {what}", str(e))
             return []
+
+    def voice_entries(self):
+        return self._listed(self.library.entries, "the voice library")
 
     def save_voice(self, name: str) -> None:
         """Saves the current reference's voice (embedding it first if needed) under `name`."""
@@ -704,12 +708,7 @@ class Controller(QObject):
     # -- history --------------------------------------------------------------------------------------------
 
     def history_entries(self):
-        try:
-            return self.history.entries()
-        except Exception as e:
-            log.exception("cannot list the history")
-            self.error.emit("Cannot read the history", str(e))
-            return []
+        return self._listed(self.history.entries, "the history")
 
     def show_history(self, entry_id: str, play: bool = True) -> None:
         """Shows a past generation in the result view (and plays it)."""

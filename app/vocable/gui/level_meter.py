@@ -5,6 +5,8 @@ from PySide6.QtCore import QRectF, QSize
 from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from .waveform import paint_frame
+
 FLOOR_DB = -60.0
 
 
@@ -37,10 +39,7 @@ class LevelMeter(QWidget):
     def paintEvent(self, _event) -> None:
         p = QPainter(self)
         pal = self.palette()
-        r = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        p.fillRect(r, pal.color(QPalette.Base))
-        p.setPen(pal.color(QPalette.Mid))
-        p.drawRect(r)
+        r = paint_frame(p, self, pal.color(QPalette.Mid))
         frac = (self._db - FLOOR_DB) / -FLOOR_DB
         color = QColor("#2e9d4a") if self._db < -12 else QColor("#d9a400") if self._db < -3 else QColor("#d23c2c")
         p.fillRect(QRectF(r.left() + 1, r.top() + 1, max(0.0, (r.width() - 2) * frac), r.height() - 2), color)

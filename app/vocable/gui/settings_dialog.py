@@ -26,12 +26,7 @@ class SettingsDialog(QDialog):
         if s.model_path and self.model.findData(s.model_path) < 0:
             self.model.addItem(s.model_path, s.model_path)
         self.model.setCurrentIndex(max(self.model.findData(s.model_path), 0))
-        browse = QPushButton("Browse…")
-        browse.setAccessibleName("Choose a model file")
-        browse.clicked.connect(self._browse_model)
-        model_row = QHBoxLayout()
-        model_row.addWidget(self.model, 1)
-        model_row.addWidget(browse)
+        model_row = self._with_browse(self.model, "Choose a model file", self._browse_model)
 
         self.quantization = QComboBox()
         self.quantization.setAccessibleName("Weight type for imports and downloads")
@@ -51,12 +46,7 @@ class SettingsDialog(QDialog):
         self.export_dir = QLineEdit(s.export_dir or "")
         self.export_dir.setAccessibleName("Export folder")
         self.export_dir.setPlaceholderText(str(controller.default_export_dir()))
-        pick = QPushButton("Browse…")
-        pick.setAccessibleName("Choose the export folder")
-        pick.clicked.connect(self._browse_export)
-        export_row = QHBoxLayout()
-        export_row.addWidget(self.export_dir, 1)
-        export_row.addWidget(pick)
+        export_row = self._with_browse(self.export_dir, "Choose the export folder", self._browse_export)
 
         form = QFormLayout(self)
         form.addRow("&Model:", model_row)
@@ -69,6 +59,17 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+
+    @staticmethod
+    def _with_browse(field: QWidget, accessible: str, browse) -> QHBoxLayout:
+        """`field` with a Browse… button after it that calls `browse`."""
+        button = QPushButton("Browse…")
+        button.setAccessibleName(accessible)
+        button.clicked.connect(browse)
+        row = QHBoxLayout()
+        row.addWidget(field, 1)
+        row.addWidget(button)
+        return row
 
     @staticmethod
     def _devices(names: list[str], current: str | None, accessible: str) -> QComboBox:

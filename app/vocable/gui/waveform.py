@@ -10,6 +10,15 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QToolButton, QWi
 from .clip_player import PLAYING, ClipPlayer
 
 
+def paint_frame(p: QPainter, widget: QWidget, border) -> QRectF:
+    """The widget's background (the palette's Base) in a one-pixel `border`; returns the frame's rectangle."""
+    r = QRectF(widget.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
+    p.fillRect(r, widget.palette().color(QPalette.Base))
+    p.setPen(border)
+    p.drawRect(r)
+    return r
+
+
 def format_time(seconds: float) -> str:
     seconds = max(0.0, seconds)
     return f"{int(seconds // 60)}:{seconds % 60:04.1f}"
@@ -53,10 +62,7 @@ class WaveformView(QWidget):
     def paintEvent(self, _event) -> None:
         p = QPainter(self)
         pal = self.palette()
-        r = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        p.fillRect(r, pal.color(QPalette.Base))
-        p.setPen(QPen(pal.color(QPalette.Highlight) if self.hasFocus() else pal.color(QPalette.Mid), 1))
-        p.drawRect(r)
+        r = paint_frame(p, self, QPen(pal.color(QPalette.Highlight) if self.hasFocus() else pal.color(QPalette.Mid), 1))
         w, h = r.width(), r.height()
         mid = r.top() + h / 2
         if self._env.shape[0] == 0:
