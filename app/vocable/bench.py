@@ -56,6 +56,7 @@ from typing import Iterator
 
 import numpy as np
 
+from . import bench_contention
 from .errors import VocableError
 
 SAMPLE_RATE = 24000
@@ -915,6 +916,12 @@ def _print_report(rep: dict) -> None:
         print(f"  reference {ref['status']}: {ref['reason']}")
     for text in rep["agreement_text"]:
         print(f"  agreement: {text}")
+    if rep.get("contention"):
+        print(f"  beside other work (streamed synthesis, {rep['frames']} frames, greedy; busy processes spin one "
+              f"core each, other engines synthesize the same text in a loop):")
+        for wt, c in rep["contention"].items():
+            for line in ([f"{wt}: failed: {c['error']}"] if "error" in c else bench_contention.describe(wt, c)):
+                print(f"    {line}")
     missed = rep.get("missed_targets") or []
     if missed:
         print(f"  MISSED TARGETS ({len(missed)}):")
@@ -952,6 +959,8 @@ def run_bench(args) -> int:
     seconds = float(args.ref_seconds)
     if threads < 1 or repeats < 1:
         raise VocableError("--threads and --repeats must be at least 1")
+    if min(getattr(args, "background_load", 0) or 0, getattr(args, "background_engines", 0) or 0) < 0:
+        raise VocableError("--background-load and --background-engines cannot be negative")
     if not 1.0 <= seconds <= 60.0:
         raise VocableError("--ref-seconds must be between 1 and 60 (the engine's reference length)")
     frames = int(getattr(args, "frames", None) or DEFAULT_FRAMES)
@@ -1018,6 +1027,8 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         t0 = time.perf_counter()
         engine = Engine(model.gguf, threads=inp.threads)
         load_s = time.perf_counter() - t0
+    busy, engines = int(getattr(args, "background_load", 0) or 0), int(getattr(args, "background_engines", 0) or 0)
+    contention: dict[str, dict] = {}
     with engine:
         for g in STAGE_GROUPS:
             _say(f"engine: {g.name} stages, 1 warm-up + {inp.repeats} run(s)")
@@ -1025,6 +1036,8 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
                 ours[g.name] = g.run_vocable(engine, inp)
             except VocableError as e:
                 ours[g.name] = GroupResult(error=str(e))
+        if busy or engines:
+            contention = contention_runs(engine, inp, busy, engines)
 
     theirs: dict[str, GroupResult] = {}
     ref = {"status": "skipped", "reason": "--no-reference"}
@@ -1071,13 +1084,37 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         "frames": inp.frames, "generation_text": GEN_TEXT, "generation_language": GEN_LANGUAGE,
         "vocable_extra": {g: r.extra for g, r in ours.items()}, "reference": ref,
         "reference_extra": {g: r.extra for g, r in theirs.items()}, "stages": stages,
-        "agreement": agreement, "agreement_text": agreement_text, "missed_targets": missed_targets(stages),
+        "agreement": agreement, "agreement_text": agreement_text,
+        "missed_targets": missed_targets(stages) + bench_contention.missed(contention), "contention": contention,
         "loadavg_1min": [load_before, _loadavg()],   # other work on the machine skews the figures
     }
     _print_report(report)
     print(json.dumps(report), flush=True)
     failed = any(r.error for r in ours.values()) or ref["status"] == "failed"
     return 1 if failed else 0
+
+
+def contention_runs(engine, inp: BenchInput, busy: int, engines: int) -> dict[str, dict]:
+    """bench_contention for each weight type: quiet, then beside `busy` busy processes and
+    `engines` other engines."""
+    from .engine import Engine
+
+    out: dict[str, dict] = {}
+    for wt in list(inp.models) or [inp.main_type]:
+        model = inp.models.get(wt)
+        _say(f"engine: contention, {wt}: quiet, {busy} busy process(es), {engines} other engine(s)")
+        own = model is not None and wt != inp.main_type
+        eng = Engine(model.gguf, threads=inp.threads) if own else engine
+        try:
+            out[wt] = bench_contention.contention(
+                eng, str(model.gguf if model else engine.model_path), inp.clip, str(inp.clip_path), inp.threads,
+                GEN_TEXT, GEN_LANGUAGE, inp.frames, inp.repeats, busy, engines, engine_perf_lines)
+        except VocableError as e:
+            out[wt] = {"error": str(e)}
+        finally:
+            if own:
+                eng.close()
+    return out
 
 
 def _round(v: float | None) -> float | None:

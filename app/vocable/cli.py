@@ -267,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--types", default="f32,f16,q8_0,q4_k", help="comma-separated weight types to time generation for")
     b.add_argument("--model", help="bench this model instead (an HF folder, or a .gguf: no reference then)")
     b.add_argument("--no-reference", action="store_true", help="skip the PyTorch side")
+    b.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="also time synthesis beside N busy processes (each spins one core)")
+    b.add_argument("--background-engines", type=int, default=0, metavar="N",
+                   help="also time synthesis beside N other engines synthesizing at the same time")
     b.set_defaults(func=_cmd_bench)
     return p
 

@@ -379,9 +379,13 @@ class Engine:
     parallel work."""
 
     def __init__(self, model_path: str | os.PathLike, threads: int | None = None,
-                 dump_dir: str | os.PathLike | None = None, codec_chunk_sec: float | None = None):
-        """`codec_chunk_sec`: width of the codec decoder's chunks (and the largest streamed
-        chunk), None for the engine's default (_engine.DEFAULT_CODEC_CHUNK_SEC)."""
+                 dump_dir: str | os.PathLike | None = None, codec_chunk_sec: float | None = None,
+                 share_cores: bool = True):
+        """`threads`: the most threads a computation runs on (None: every core). `share_cores`:
+        run on fewer while other processes keep cores busy (measured every quarter second), so a
+        busy desktop slows synthesis by its share of the cores instead of stalling it.
+        `codec_chunk_sec`: width of the codec decoder's chunks (and the largest streamed chunk),
+        None for the engine's default (_engine.DEFAULT_CODEC_CHUNK_SEC)."""
         path = Path(model_path)
         if not path.is_file():
             raise ModelError(f"model file not found: {path}" + (" (it is a folder: convert it first with "
@@ -394,7 +398,7 @@ class Engine:
             Path(dump_dir).mkdir(parents=True, exist_ok=True)
         try:
             self._ctx = _engine.Context(str(path), threads or 0, str(dump_dir) if dump_dir else None, _forward_log,
-                                        float(codec_chunk_sec or 0.0))
+                                        float(codec_chunk_sec or 0.0), bool(share_cores))
         except _engine.EngineError as e:
             raise ModelError(e.args[0]) from e
         self.model_path = path

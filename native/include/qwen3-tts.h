@@ -48,9 +48,11 @@
 #    define QT_API
 #endif
 
-#define QT_ABI_VERSION     3
+#define QT_ABI_VERSION     4
 /* Version 3 added audio: qt_init_params.codec_chunk_sec, the audio fields of qt_chunk and
- * qt_tts_result (so their size changed) and qt_decode. Callers built for 1 or 2 are refused. */
+ * qt_tts_result (so their size changed) and qt_decode. Callers built for 1 or 2 are refused.
+ * Version 4 added qt_init_params.share_cores at the end of the struct; a version 3 caller gets
+ * its default (on). */
 #define QT_ABI_MIN_VERSION 3
 
 /* Width of a buffered decode chunk when qt_init_params.codec_chunk_sec <= 0, in seconds. */
@@ -93,6 +95,9 @@ typedef struct qt_init_params {
     float           codec_chunk_sec; /* codec decode chunk width (buffered decode, and the
                                         largest streamed chunk); <= 0: QT_DEFAULT_CODEC_CHUNK_SEC.
                                         Resolved to whole frames when the model loads. */
+    int32_t         share_cores;   /* nonzero (default): run each computation on as many of the
+                                      n_threads as other processes leave cores free, measured
+                                      every quarter second (Linux); 0: always n_threads */
 } qt_init_params;
 
 /* What a loaded model is; filled by qt_get_model_info(). */

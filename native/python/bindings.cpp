@@ -50,12 +50,13 @@ struct cancel_flag {
 class engine_context {
 public:
     engine_context(const std::string & model_path, int n_threads, const std::optional<std::string> & dump_dir,
-                   std::optional<py::function> log_callback, float codec_chunk_sec) {
+                   std::optional<py::function> log_callback, float codec_chunk_sec, bool share_cores) {
         qt_init_params ip = qt_init_default_params();
         ip.model_path = model_path.c_str();
         ip.n_threads = n_threads;
         ip.dump_dir = dump_dir ? dump_dir->c_str() : nullptr;
         ip.codec_chunk_sec = codec_chunk_sec;
+        ip.share_cores = share_cores ? 1 : 0;
         if (log_callback) {
             log_ = std::make_unique<log_target>(log_target{ *log_callback });
             ip.log_callback = forward_log;
@@ -343,9 +344,9 @@ PYBIND11_MODULE(_engine, m) {
 
     py::class_<engine_context>(m, "Context")
         .def(py::init<const std::string &, int, const std::optional<std::string> &, std::optional<py::function>,
-                      float>(),
+                      float, bool>(),
              py::arg("model_path"), py::arg("n_threads") = 0, py::arg("dump_dir") = py::none(),
-             py::arg("log_callback") = py::none(), py::arg("codec_chunk_sec") = 0.0f)
+             py::arg("log_callback") = py::none(), py::arg("codec_chunk_sec") = 0.0f, py::arg("share_cores") = true)
         .def("close", &engine_context::close)
         .def("model_info", &engine_context::model_info)
         .def("extract_voice_ref", &engine_context::extract_voice_ref, py::arg("pcm"))

@@ -408,7 +408,7 @@ void code_predictor_state::predict(const float * talker_hidden, int32_t code0, u
     ggml_backend_tensor_set(in_hidden_, talker_hidden, 0, ggml_nbytes(in_hidden_));
     ggml_backend_tensor_set(in_code0_, &code0, 0, sizeof(code0));
     ggml_backend_tensor_set(in_uniform_, u.data(), 0, ggml_nbytes(in_uniform_));
-    compute_graph(backend_.get(), graph_, "code predictor computation");
+    backend_.compute(graph_, "code predictor computation");
     for (int q = 0; q < hp.n_codes; ++q) {
         ggml_backend_tensor_get(out_codes_[size_t(q)], &codes[q], 0, sizeof(int32_t));
     }

@@ -2,6 +2,7 @@
 // building blocks that several components share.
 #pragma once
 
+#include "core-share.h"
 #include "cpu-ops.h"
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
@@ -38,21 +39,28 @@ ggml_context_ptr new_metadata_context(size_t n_tensors, bool with_graph, const c
 // Throws qt::error for a type ggml cannot convert.
 std::vector<float> tensor_f32(const ggml_tensor * t);
 
-// Computes a graph that is already allocated; throws QT_STATUS_CANCELLED when the backend's
-// cancel check stopped it and QT_STATUS_FAILED naming `what` on any other failure.
-void compute_graph(ggml_backend_t backend, ggml_cgraph * graph, const char * what);
-
 // One CPU backend with a persistent thread pool. Owned by the context and shared by all
 // components so threads are created once.
+//
+// With `share_cores`, each graph runs on as many threads as other processes leave cores free
+// (core-share.h), between 1 and `n_threads`, re-measured every quarter second; otherwise always
+// on `n_threads`. Idle workers sleep instead of polling for the next graph, so a pool that
+// shrank does not keep burning the cores it gave back.
 class cpu_backend {
 public:
-    explicit cpu_backend(int n_threads);
+    explicit cpu_backend(int n_threads, bool share_cores = false);
     ~cpu_backend();
     cpu_backend(const cpu_backend &) = delete;
     cpu_backend & operator=(const cpu_backend &) = delete;
 
     ggml_backend_t get() const { return backend_.get(); }
     int            n_threads() const { return n_threads_; }
+    // The threads the last graph ran on.
+    int            active_threads() const { return active_threads_; }
+
+    // Computes a graph that is already allocated; throws QT_STATUS_CANCELLED when the cancel
+    // check stopped it and QT_STATUS_FAILED naming `what` on any other failure.
+    void compute(ggml_cgraph * graph, const char * what) const;
     // One compute-buffer allocator for every graph: it grows to the largest graph seen and is
     // reused, so repeated calls do not fault in fresh pages.
     ggml_gallocr_t allocator() const;
@@ -68,6 +76,9 @@ private:
     mutable ggml_gallocr_ptr allocr_;
     ggml_threadpool * threadpool_ = nullptr;
     int               n_threads_;
+    bool              share_cores_;
+    mutable core_monitor cores_;
+    mutable int       active_threads_;
 };
 
 // Builds one graph, allocates it, fills its inputs, computes it and dumps its stages:

@@ -139,6 +139,7 @@ qt_init_params qt_init_default_params(void) {
         /*.log_callback           =*/ nullptr,
         /*.log_callback_user_data =*/ nullptr,
         /*.codec_chunk_sec        =*/ QT_DEFAULT_CODEC_CHUNK_SEC,
+        /*.share_cores            =*/ 1,
     };
     return p;
 }
@@ -163,7 +164,8 @@ qt_context * qt_init(const qt_init_params * params) {
         ctx = std::make_unique<qt_context>();
         ctx->log = { params->log_callback, params->log_callback_user_data };
         const int n_threads = params->n_threads > 0 ? params->n_threads : default_threads();
-        ctx->backend = std::make_unique<qt::cpu_backend>(n_threads);
+        const bool share_cores = params->abi_version < 4 || params->share_cores != 0;
+        ctx->backend = std::make_unique<qt::cpu_backend>(n_threads, share_cores);
         ctx->dumper = qt::stage_dumper(params->dump_dir ? params->dump_dir : "");
 
         qt::model_loader loader(params->model_path, ctx->backend->get());
@@ -193,8 +195,9 @@ qt_context * qt_init(const qt_init_params * params) {
         const size_t weight_bytes = loader.weight_bytes();
         ctx->weights_ctx = loader.take_context();
         ctx->weights_buf = loader.take_buffer();
-        QT_LOG_INFO("[Perf] model load: %.1f ms, %.1f MiB of weights, %d threads (%s)", ms_since(t0),
-                    double(weight_bytes) / (1024.0 * 1024.0), n_threads, ctx->info.variant);
+        QT_LOG_INFO("[Perf] model load: %.1f ms, %.1f MiB of weights, %d threads%s (%s)", ms_since(t0),
+                    double(weight_bytes) / (1024.0 * 1024.0), n_threads,
+                    share_cores ? ", fewer while other processes keep cores busy" : "", ctx->info.variant);
     });
     return status == QT_STATUS_OK ? ctx.release() : nullptr;
 }

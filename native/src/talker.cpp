@@ -513,7 +513,7 @@ void talker_state::step(const float * embed, talker_output & out) {
     ggml_backend_tensor_set(in_embed_, embed, 0, ggml_nbytes(in_embed_));
     ggml_backend_tensor_set(in_pos_, &pos, 0, sizeof(pos));
     ggml_backend_tensor_set(in_slot_, &slot, 0, sizeof(slot));
-    compute_graph(backend_.get(), step_graph_, "talker step computation");
+    backend_.compute(step_graph_, "talker step computation");
     out.logits.resize(size_t(hp.vocab));
     out.hidden.resize(size_t(hp.hidden));
     ggml_backend_tensor_get(out_logits_, out.logits.data(), 0, out.logits.size() * sizeof(float));

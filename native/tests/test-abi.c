@@ -55,6 +55,7 @@ int main(void) {
     CHECK(p.dump_dir == NULL);
     CHECK(p.log_callback == NULL);
     CHECK(p.log_callback_user_data == NULL);
+    CHECK(p.share_cores == 1);
     CHECK(QT_ABI_MIN_VERSION <= QT_ABI_VERSION);
     CHECK(qt_abi_version() == QT_ABI_VERSION);
     CHECK(qt_abi_min_version() == QT_ABI_MIN_VERSION);
