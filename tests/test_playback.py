@@ -312,3 +312,93 @@ def test_synthesis_stream_plays_whole_in_order(pulse, converted, tmp_path):
     assert 0 < k and k + sent.size < heard.size, (k, heard.size)
     assert np.abs(heard[:k]).max() < 1e-3 and np.abs(heard[k + sent.size:]).max() < 1e-3
     np.testing.assert_allclose(heard[k:k + sent.size], sent, atol=2e-3)
+
+
+# -- a stream produced slower than real time -----------------------------------------------------
+
+def test_slow_stream_waits_for_the_planned_buffer(fake, monkeypatch):
+    """Arriving at half real time with 2 s expected, the player measures the rate from the chunks
+    and holds back R (f - 1) x margin before the first sound, and says why; then it plays out."""
+    now = [0.0]
+    monkeypatch.setattr(playback.time, "monotonic", lambda: now[0])
+    player = StreamPlayer(24000, preroll_sec=0.1, expected_seconds=2.0)
+    stream = fake.streams[0]
+    chunk = 1920   # 80 ms, arriving every 160 ms
+    player.write(ramp(0, chunk))
+    now[0] += 0.16
+    player.write(ramp(chunk, chunk))
+    assert player.real_time_factor == pytest.approx(2.0)
+    plan = (2.0 - 0.16) * (2.0 - 1.0) * playback.PLAN_MARGIN
+    assert player.waiting == f"buffering {plan:.1f} s of audio before playing: synthesis runs at 2.00x real time"
+    written, silent_pulls = 2 * chunk, 0
+    while True:
+        plan = (2.0 - written / 24000) * playback.PLAN_MARGIN
+        if written / 24000 >= plan:
+            break
+        assert not pull(stream, 256).any()   # far past the pre-roll, still short of the plan: silence
+        silent_pulls += 1
+        now[0] += 0.16
+        player.write(ramp(written, chunk))
+        written += chunk
+    assert silent_pulls > 5
+    assert pull(stream, 256).any() and player.waiting is None
+    assert player.waited_seconds == pytest.approx(now[0]) and "2.00x real time" in player.wait_reason
+
+
+def test_fast_stream_starts_after_the_preroll(fake, monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(playback.time, "monotonic", lambda: now[0])
+    player = StreamPlayer(24000, preroll_sec=0.1, expected_seconds=10.0)
+    for i in range(2):   # 80 ms chunks every 40 ms
+        player.write(ramp(i * 1920, 1920))
+        now[0] += 0.04
+    assert player.real_time_factor == pytest.approx(0.5)
+    assert player.waiting is None
+    assert pull(fake.streams[0], 256).any() and player.wait_reason == ""
+
+
+PLAY_SLOW_STREAM = textwrap.dedent("""
+    import json, sys, time
+    import numpy as np
+    from vocable.playback import StreamPlayer
+    rate, rtf, seconds = 24000, float(sys.argv[1]), 3.0
+    sent = (0.3 * np.random.default_rng(7).standard_normal(int(seconds * rate))).astype(np.float32)
+    np.save(sys.argv[2], sent)
+    expected = None if sys.argv[3] == "none" else seconds
+    with StreamPlayer(rate, expected_seconds=expected) as player:
+        for pos in range(0, sent.size, 3840):   # 160 ms chunks arriving `rtf` times slower than real time
+            time.sleep(3840 / rate * rtf)
+            player.write(sent[pos:pos + 3840])
+        player.finish()
+        ok = player.wait(60)
+        print(json.dumps({"ok": ok, "underruns": player.underruns, "waited": player.waited_seconds,
+                          "reason": player.wait_reason}))
+""")
+
+
+def _play_slow_stream(pulse, tmp_path, expected: str):
+    sent_path = tmp_path / f"sent-{expected}.npy"
+    with MonitorRecording(pulse) as rec:
+        proc = subprocess.run([sys.executable, "-c", PLAY_SLOW_STREAM, "1.4", str(sent_path), expected],
+                              env=pulse, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), np.load(sent_path), rec.audio
+
+
+def test_slower_than_real_time_plays_without_a_pause(pulse, tmp_path):
+    """A stream arriving at 1.4x real time, through the null sink: with the expected length the
+    player waits once, for the planned buffer, and the recording finds every 100 ms of the stream
+    at one offset (no gap); without it, the same stream pauses."""
+    report, sent, heard = _play_slow_stream(pulse, tmp_path, "3.0")
+    assert report["ok"] and report["underruns"] == 0, report
+    assert report["waited"] > 0.5 and "1.4" in report["reason"], report
+    found = offsets_of_windows(heard, sent, window=2400, hop=2400)
+    assert len(found) >= 0.9 * (sent.size // 2400), len(found)
+    assert min(c for _, _, c in found) > 0.98, found
+    shifts = [k for _, k, _ in found]
+    assert max(shifts) - min(shifts) <= 1, shifts
+
+    report, sent, heard = _play_slow_stream(pulse, tmp_path, "none")
+    assert report["ok"] and report["underruns"] >= 1, report
+    shifts = [k for _, k, _ in offsets_of_windows(heard, sent, window=2400, hop=2400)]
+    assert max(shifts) - min(shifts) > 2400, shifts

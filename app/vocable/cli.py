@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from .errors import VocableError
+from .text import expected_speech_seconds
 
 
 def _cmd_convert(args) -> int:
@@ -66,8 +67,8 @@ class _ProgressLine:
     """Shows a synthesis' progress on stderr: one line rewritten in place on a terminal, a plain
     line every few seconds otherwise (logs, pipes)."""
 
-    def __init__(self, stream, stream_to=sys.stderr):
-        self._stream, self._out = stream, stream_to
+    def __init__(self, stream, player=None, stream_to=sys.stderr):
+        self._stream, self._player, self._out = stream, player, stream_to
         self._tty = stream_to.isatty()
         self._stop = threading.Event()
         self._width = 0
@@ -83,16 +84,20 @@ class _ProgressLine:
         if self._tty and self._width:
             print("\r" + " " * self._width + "\r", end="", file=self._out, flush=True)
 
+    def _describe(self) -> str:
+        waiting = self._player.waiting if self._player is not None else None
+        return "speaking: " + self._stream.progress.describe() + (f"; {waiting}" if waiting else "")
+
     def _loop(self):
         if self._tty:  # at once, then five times a second
             while True:
-                text = "speaking: " + self._stream.progress.describe()
+                text = self._describe()
                 self._width = max(self._width, len(text))
                 print("\r" + text.ljust(self._width), end="", file=self._out, flush=True)
                 if self._stop.wait(0.2):
                     return
         while not self._stop.wait(5.0):
-            print("speaking: " + self._stream.progress.describe(), file=self._out, flush=True)
+            print(self._describe(), file=self._out, flush=True)
 
 
 def _cmd_say(args) -> int:
@@ -117,13 +122,13 @@ def _cmd_say(args) -> int:
             from .playback import StreamPlayer
             try:
                 device = int(args.device) if args.device and args.device.isdigit() else args.device
-                player = StreamPlayer(engine.sample_rate, device=device)
+                player = StreamPlayer(engine.sample_rate, device=device, expected_seconds=expected_speech_seconds(text))
             except AudioDeviceError as e:
                 print(f"vocable: {e}; writing {out} only", file=sys.stderr)
         try:
             with engine.synthesize(text, voice, args.language, args.ref_text, seed=args.seed, greedy=args.greedy,
                                    max_frames=args.max_frames) as stream:
-                with _ProgressLine(stream):
+                with _ProgressLine(stream, player):
                     for chunk in stream:
                         if player is not None:
                             player.write(chunk)
@@ -141,8 +146,10 @@ def _cmd_say(args) -> int:
           + ("" if result.reached_eos else ", stopped at the frame cap")
           + (f", {len(result.segments)} segments" if len(result.segments) > 1 else ""), file=sys.stderr)
     if player is not None:
-        print(f"played on '{player.device_name}'" + (f" with {player.underruns} pause(s) waiting for audio"
-                                                      if player.underruns else ""), file=sys.stderr)
+        waited = "" if player.waited_seconds is None else f", first sound {player.waited_seconds:.2f} s after the first audio"
+        reason = f" ({player.wait_reason})" if player.wait_reason else ""
+        print(f"played on '{player.device_name}'{waited}{reason}, "
+              + (f"{player.underruns} pause(s) waiting for audio" if player.underruns else "no pauses"), file=sys.stderr)
     return 0
 
 

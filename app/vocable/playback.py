@@ -10,16 +10,27 @@ No Qt and no engine here; the CLI and the GUI feed it from a synthesis stream:
     player.underruns                         # times playback ran dry and waited for audio
 
 The player is a jitter buffer: output starts once `preroll_sec` of audio is buffered (or the
-writer calls finish()), so the small uneven chunks of a stream play without gaps. When the
-buffer runs dry before finish() it plays silence, counts an underrun, and buffers again, with a
-pre-roll twice as long as before (up to `max_preroll_sec`), so a stream that is produced slower
-than real time settles into longer, rarer pauses instead of stuttering. A device that does not
+writer calls finish()), so the small uneven chunks of a stream play without gaps.
+
+A stream produced slower than real time (a slow machine, or one busy with other work) cannot
+play from a short pre-roll without pausing. So the player measures the live real-time factor
+from the arrival of the chunks (wall time per second of audio, from the first chunk on) and,
+given the stream's expected length (`expected_seconds`, e.g. text.expected_speech_seconds),
+waits for just enough audio that the rest arrives before it is due: with R seconds still to
+come at a real-time factor f > 1, playing them takes R s and producing them R f s, so it needs
+R (f - 1) s buffered (plus a safety margin). `waiting` says how long it waits and why.
+
+When the buffer still runs dry before finish() (the machine got slower, or the estimate was
+short) it plays silence, counts and logs an underrun, and buffers again, with a pre-roll at
+least twice as long as before (up to `max_preroll_sec`) and the plan's. A device that does not
 take the stream's sample rate gets the audio resampled (soxr) to its own rate.
 """
 from __future__ import annotations
 
 import collections
+import logging
 import threading
+import time
 
 import numpy as np
 
@@ -28,6 +39,11 @@ from .errors import AudioDeviceError
 
 DEFAULT_PREROLL_SEC = 0.25
 MAX_PREROLL_SEC = 2.0
+# The plan's buffer is R (f - 1) times this: the real-time factor measured from the first chunks
+# varies by some 10 % from chunk to chunk, and the expected length of a text is a rough estimate.
+PLAN_MARGIN = 1.25
+
+log = logging.getLogger(__name__)
 # After the last sample, the stream plays silence for its output latency and this much more
 # before it stops: PortAudio ends a stream without waiting for the device's buffer to play out
 # (through ALSA and PulseAudio the last 30 ms, one device latency, were lost: the test that
@@ -50,9 +66,12 @@ class StreamPlayer:
     thread may write while another stops."""
 
     def __init__(self, sample_rate: int, device: int | str | None = None,
-                 preroll_sec: float = DEFAULT_PREROLL_SEC, max_preroll_sec: float = MAX_PREROLL_SEC):
+                 preroll_sec: float = DEFAULT_PREROLL_SEC, max_preroll_sec: float = MAX_PREROLL_SEC,
+                 expected_seconds: float | None = None):
         if sample_rate <= 0 or preroll_sec < 0 or max_preroll_sec < preroll_sec:
             raise ValueError("need sample_rate > 0 and 0 <= preroll_sec <= max_preroll_sec")
+        if expected_seconds is not None and expected_seconds < 0:
+            raise ValueError("expected_seconds cannot be negative")
         sd = _sounddevice()
         self._sd = sd
         info = audio_devices.find_device(sd, device, "output")
@@ -82,6 +101,13 @@ class StreamPlayer:
         self._done = threading.Event()
         self._played = 0            # device-rate samples played from the buffer
         self.underruns = 0          # the buffer ran dry before finish()
+        self.expected_seconds = expected_seconds
+        self._written_s = 0.0       # seconds of audio written (at the stream's rate)
+        self._first_write = None    # time.monotonic() of the first chunk
+        self._after_first_s = 0.0   # seconds of audio written after the first chunk
+        self.real_time_factor: float | None = None   # live: wall time per second of audio arriving
+        self.waited_seconds: float | None = None     # from the first chunk to the first sound
+        self.wait_reason = ""                        # why it waited longer than the pre-roll
         self.device_underflows = 0  # PortAudio reported an output underflow (callback too late)
         try:
             self._stream = sd.OutputStream(samplerate=rate, device=info["index"], channels=1, dtype="float32",
@@ -103,11 +129,43 @@ class StreamPlayer:
                 return
             if self._finishing:
                 raise RuntimeError("write() after finish()")
+            self._note_arrival(x.size / self.sample_rate)
             if self._resampler is not None:
                 x = self._resampler.resample_chunk(x)
             if x.size:
                 self._chunks.append(x)
                 self._buffered += x.size
+
+    def _note_arrival(self, seconds: float) -> None:
+        now = time.monotonic()
+        if self._first_write is None:
+            self._first_write = now
+        else:
+            self._after_first_s += seconds
+            if self._after_first_s > 0:
+                self.real_time_factor = (now - self._first_write) / self._after_first_s
+        self._written_s += seconds
+
+    def _needed(self) -> int:
+        """Samples to buffer before playing: the pre-roll, or the plan's R (f - 1) when more."""
+        f, expected = self.real_time_factor, self.expected_seconds
+        if f is None or f <= 1.0 or expected is None:
+            return self._preroll
+        remaining = max(expected - self._written_s, 0.0)
+        return max(self._preroll, int(remaining * (f - 1.0) * PLAN_MARGIN * self.device_rate))
+
+    @property
+    def waiting(self) -> str | None:
+        """While it holds back audio for longer than the pre-roll, how long and why
+        ("buffering 2.1 s of audio before playing: synthesis runs at 1.31x real time"), else None."""
+        with self._lock:
+            if not self._buffering or self._finishing or self._stopped:
+                return None
+            needed = self._needed()
+            if needed <= self._preroll or self.real_time_factor is None:
+                return None
+            return (f"buffering {needed / self.device_rate:.1f} s of audio before playing: synthesis runs at "
+                    f"{self.real_time_factor:.2f}x real time")
 
     def finish(self) -> None:
         """No more audio will come: what is buffered plays out, then the stream ends."""
@@ -183,8 +241,14 @@ class StreamPlayer:
                 out.fill(0)
                 raise self._sd.CallbackAbort
             if self._buffering:
-                if self._buffered >= self._preroll or self._finishing:
+                needed = self._needed()
+                if self._buffered >= needed or self._finishing:
                     self._buffering = False
+                    if self.waited_seconds is None and self._first_write is not None:
+                        self.waited_seconds = time.monotonic() - self._first_write
+                        if needed > self._preroll:
+                            self.wait_reason = (f"synthesis ran at {self.real_time_factor:.2f}x real time, so "
+                                                f"{needed / self.device_rate:.1f} s were buffered first")
                 else:
                     out.fill(0)
                     return
@@ -210,3 +274,6 @@ class StreamPlayer:
                 self.underruns += 1
                 self._buffering = True
                 self._preroll = min(max(2 * self._preroll, 1), self._max_preroll)
+                log.warning("playback ran dry after %.2f s (underrun %d; arriving at %s x real time); "
+                            "buffering again", self._played / self.device_rate, self.underruns,
+                            "?" if self.real_time_factor is None else f"{self.real_time_factor:.2f}")

@@ -305,6 +305,7 @@ class TextTokenizer:
 # ~20 s. Pieces under MIN_SEGMENT_UNITS (~1 s: "Okay.", a heading) are merged into a neighbour.
 
 MAX_SEGMENT_UNITS = 300
+SPEECH_SECONDS_PER_UNIT = 20.0 / MAX_SEGMENT_UNITS
 MIN_SEGMENT_UNITS = 16
 
 # Sentence ends that need a following space (or end of text) in Latin and other spaced scripts.
@@ -354,6 +355,11 @@ def speech_units(text: str) -> int:
         else:
             units += 1
     return units
+
+
+def expected_speech_seconds(text: str) -> float:
+    """About how long `text` takes to speak: MAX_SEGMENT_UNITS speech units are about 20 s."""
+    return speech_units(text) * SPEECH_SECONDS_PER_UNIT
 
 
 def _word_before(s: str, i: int) -> str:

@@ -234,9 +234,12 @@ class SynthesisStats:
     """A live progress line: the stream's progress, or that the reference is being embedded."""
     stage: str                          # "embedding", "speaking", "done"
     progress: Progress | None = None    # None while embedding
+    playback: str | None = None         # why playback is waiting (StreamPlayer.waiting), if it is
 
     def describe(self) -> str:
-        return "embedding the reference voice..." if self.progress is None else self.progress.describe()
+        if self.progress is None:
+            return "embedding the reference voice..."
+        return self.progress.describe() + (f"; {self.playback}" if self.playback else "")
 
 
 class SynthesisWorker(Worker):
@@ -333,15 +336,18 @@ class SynthesisWorker(Worker):
         stream = self._stream
         return None if stream is None else self._stats(stream)
 
-    @staticmethod
-    def _stats(stream, done: bool = False) -> SynthesisStats:
+    def _stats(self, stream, done: bool = False) -> SynthesisStats:
         progress = stream.progress
-        return SynthesisStats("done" if done or progress.done else "speaking", progress)
+        player = self._player
+        return SynthesisStats("done" if done or progress.done else "speaking", progress,
+                              None if player is None else player.waiting)
 
     def _open_player(self, rate: int):
         from ..playback import StreamPlayer
+        from ..text import expected_speech_seconds
         try:
-            player = StreamPlayer(rate, device=self.request.output_device)
+            player = StreamPlayer(rate, device=self.request.output_device,
+                                  expected_seconds=expected_speech_seconds(self.request.text))
         except AudioDeviceError as e:
             self.player_ready.emit(None, str(e))
             return None
