@@ -556,3 +556,37 @@ def test_full_size_bench(capsys):
     if rep["reference"]["status"] == "ok":
         assert rep["agreement"]["voice"]["speaker_embedding_cosine"] > 0.999
         assert rep["agreement"]["synthesis"]["f32"]["cosine"] > 0.999   # both decoders on the engine's f32 codes
+
+
+def test_run_bench_beside_other_work(small_model, tmp_path, capsys):
+    """--background-load / --background-engines: quiet, then beside a busy process and beside a
+    second engine (both started and stopped by the bench), with ratios and targets."""
+    spec, cache, model = small_model
+    rc = bench.run_bench(bench_args(tmp_path, model=str(model.gguf), repeats=1, threads=2, background_load=1,
+                                    background_engines=1))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    c = last_json(out)["contention"]["as converted"]
+    assert c["quiet"]["rtf"] > 0
+    for key, target in (("busy", 1.6), ("engines", 2.3)):
+        r = c[key]
+        assert r["count"] == 1 and r["rtf"] > 0 and r["target_ratio"] == target, r
+        assert r["ratio"] == pytest.approx(r["rtf"] / c["quiet"]["rtf"]) and r["met"] == (r["ratio"] <= target)
+    assert "with 1 busy process(es):" in out and "with 1 other engine(s) synthesizing:" in out
+
+
+def test_background_work_is_stopped(monkeypatch):
+    """The busy processes run while the block runs and are gone after it."""
+    import subprocess
+
+    from vocable import bench_contention
+
+    procs, real_popen = [], subprocess.Popen
+
+    def spy(*a, **kw):
+        procs.append(real_popen(*a, **kw))
+        return procs[-1]
+    monkeypatch.setattr(bench_contention.subprocess, "Popen", spy)
+    with bench_contention.background_work(2, 0, []):
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    assert all(p.poll() is not None for p in procs)
