@@ -61,6 +61,11 @@ case "$version" in
     "vocable "*"; engine "*"(ABI "*"); ggml "*) ;;
     *) fail "vocable --version does not name the app, engine, ABI range and ggml: $version" ;;
 esac
+# ggml's CPU backend is loaded at run time from the bundle's copies of every variant
+echo "$version" | grep -q "^CPU backend: [a-z0-9]\+ (.*); variants: .*x64" \
+    || fail "the bundle's engine did not load a ggml CPU variant: $version"
+variants=$(find "$copy" -name 'libggml-cpu-*.so' | wc -l)
+[ "$variants" -ge 14 ] || fail "the bundle carries $variants ggml CPU variants, not all 14"
 
 # `vocable about`: every component with a license text, the system libraries' copyright files
 about="$tmp/about.txt"
@@ -70,7 +75,7 @@ if grep -q "no license text found" "$about"; then
     grep "no license text found" "$about" >&2
     fail "components without a license text in the bundle"
 fi
-expected=(vocable libggml-python PySide6_Essentials Qt libsndfile PortAudio Python)
+expected=(vocable ggml PySide6_Essentials Qt libsndfile PortAudio Python)
 [ "$(uname -s)" = Linux ] && expected+=("System libraries")
 for name in "${expected[@]}"; do
     grep -q "^  $name " "$about" || fail "vocable about does not list $name"

@@ -209,5 +209,6 @@ def test_version_names_app_engine_abi_and_ggml():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
         f"vocable {_engine.__version__}; engine {_engine.version()} (ABI {_engine.ABI_VERSION}, accepts "
-        f"{_engine.ABI_MIN_VERSION} to {_engine.ABI_VERSION}); ggml {_engine.ggml_version()}")
+        f"{_engine.ABI_MIN_VERSION} to {_engine.ABI_VERSION}); ggml {_engine.ggml_version()}\n"
+        f"CPU backend: {_engine.system_info()}")
     assert _engine.ggml_version()

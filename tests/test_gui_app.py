@@ -485,7 +485,7 @@ def test_help_about_shows_versions_the_model_and_licenses(qtbot, home, model, op
         in seen["labels"]
     assert _engine.ggml_version() in seen["labels"]
     assert "Qwen3-TTS 12Hz 0.6B Base (f32) (license: not recorded in this model file" in seen["labels"]
-    assert {"vocable", "libggml-python", "Qt", "Python"} <= set(seen["names"])
+    assert {"vocable", "ggml", "Qt", "Python"} <= set(seen["names"])
     assert "GNU LESSER GENERAL PUBLIC LICENSE" in seen["qt"]
 
 

@@ -51,7 +51,6 @@ def _key(name: str) -> str:
 # What each distribution is to Vocable, by normalised name; others are described by their own summary.
 ROLES = {_key(name): role for name, role in {
     "vocable": "this app",
-    "libggml-python": "ggml, the tensor library the engine runs on",
     "PySide6-Essentials": "the Qt 6 user interface (Qt's libraries and plugins are inside)",
     "shiboken6": "PySide6's binding runtime",
     "soundfile": "reading and writing audio files (libsndfile is inside)",
@@ -138,9 +137,18 @@ def distributions(root: str = "vocable") -> list[metadata.Distribution]:
     return list(found.values())
 
 
+def _ggml() -> Component:
+    """ggml, built into Vocable from its source (cmake/ggml.cmake): the libraries and CPU variants
+    in vocable/lib/ beside the engine module, with their license."""
+    from . import _engine
+    text = _read(Path(_engine.__file__).resolve().parent / "lib" / "ggml-LICENSE")
+    return Component("ggml", _engine.ggml_version(), "MIT", "the tensor library the engine runs on, built with Vocable",
+                     (LicenseText("LICENSE", text),) if text else ())
+
+
 def _bundled_libraries() -> list[Component]:
     """Libraries the Python distributions carry without metadata of their own."""
-    extra = []
+    extra = [_ggml()]
     try:
         import soundfile
         copying = tuple(t for t in _texts(metadata.distribution("soundfile")) if t.title.startswith("_soundfile_data/"))
@@ -214,7 +222,8 @@ def versions() -> list[tuple[str, str]]:
     rows = [("Vocable", _engine.__version__),
             ("Engine", f"{_engine.version()} (ABI {_engine.abi_version()}, accepts {_engine.abi_min_version()} "
                        f"to {_engine.abi_version()})"),
-            ("ggml", _engine.ggml_version())]
+            ("ggml", _engine.ggml_version()),
+            ("CPU backend", _engine.system_info())]
     try:
         import PySide6.QtCore
         rows.append(("Qt", f"{PySide6.QtCore.qVersion()} (PySide6 {PySide6.__version__})"))

@@ -843,6 +843,8 @@ def _print_report(rep: dict) -> None:
     print(f"vocable bench {rep['vocable_version']}: {what} ({m['weight_type']})")
     print(f"  {rep['threads']} thread(s), {rep['ref_seconds']:g} s reference clip ({rep['clip_source']}), "
           f"{rep['cpu']} ({rep['cpus']} CPUs); median of {rep['repeats']} run(s) after 1 warm-up")
+    if rep.get("cpu_backend"):
+        print(f"  ggml CPU backend: {rep['cpu_backend']}")
     busy = [x for x in rep["loadavg_1min"] if x is not None]
     if busy and max(busy) > rep["threads"] + 1:   # more than this benchmark itself
         print(f"  note: the machine was busy (1-min load average up to {max(busy):.1f}): figures may be skewed")
@@ -1020,6 +1022,7 @@ def _loadavg() -> float | None:
 
 
 def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -> int:
+    from . import _engine
     ours: dict[str, GroupResult] = {}
     load_before = _loadavg()
     _say(f"engine: {model.gguf.name}, {inp.threads} thread(s)")
@@ -1081,6 +1084,7 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         "bench": "vocable", "vocable_version": version, "model": model.describe(),
         "threads": inp.threads, "ref_seconds": round(len(inp.clip) / SAMPLE_RATE, 3), "clip_source": clip_source,
         "repeats": inp.repeats, "cpu": cpu_name(), "cpus": os.cpu_count(), "vocable_load_s": round(load_s, 3),
+        "cpu_backend": _engine.system_info(),
         "frames": inp.frames, "generation_text": GEN_TEXT, "generation_language": GEN_LANGUAGE,
         "vocable_extra": {g: r.extra for g, r in ours.items()}, "reference": ref,
         "reference_extra": {g: r.extra for g, r in theirs.items()}, "stages": stages,

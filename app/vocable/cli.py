@@ -205,14 +205,26 @@ def _cmd_about(args) -> int:
 def version_text() -> str:
     from . import _engine
     return (f"vocable {_engine.__version__}; engine {_engine.version()} (ABI {_engine.abi_version()}, accepts "
-            f"{_engine.abi_min_version()} to {_engine.abi_version()}); ggml {_engine.ggml_version()}")
+            f"{_engine.abi_min_version()} to {_engine.abi_version()}); ggml {_engine.ggml_version()}\n"
+            f"CPU backend: {_engine.system_info()}")
+
+
+class _VersionAction(argparse.Action):
+    """--version: the text is made when asked for (it loads the CPU backend) and not re-wrapped."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vocable", description="Local voice cloning with Qwen3-TTS 12 Hz.")
     p.add_argument("-v", "--verbose", action="store_true", help="log engine details ([Perf] lines)")
-    p.add_argument("--version", action="version", version=version_text(),
-                   help="print the versions of Vocable, its engine (and ABI range) and ggml")
+    p.add_argument("--version", action=_VersionAction,
+                   help="print the versions of Vocable, its engine (and ABI range), ggml and its CPU backend")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     c = sub.add_parser("convert", help="convert a Hugging Face Qwen3-TTS 12 Hz Base folder to the engine's GGUF")

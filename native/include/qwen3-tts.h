@@ -197,6 +197,13 @@ typedef struct qt_audio {
     int64_t n_samples;
 } qt_audio;
 
+/* The CPU backend this process runs on, loaded on the first call (as by qt_init): ggml's CPU
+ * variant chosen for this processor (or forced by the environment variable
+ * VOCABLE_CPU_VARIANT=<name>), the instruction sets it uses and every variant found, e.g.
+ * "zen4 (SSE3 SSSE3 AVX AVX2 F16C FMA BMI2 AVX512 ...); variants: zen4, icelake, ..."; or why
+ * none could be loaded. The string lives as long as the library. */
+QT_API const char * qt_system_info(void);
+
 /* Library version string ("MAJOR.MINOR.PATCH") and the ABI range this build accepts. */
 QT_API const char * qt_version(void);
 QT_API int32_t      qt_abi_version(void);

@@ -332,6 +332,8 @@ PYBIND11_MODULE(_engine, m) {
     m.def("abi_version", &qt_abi_version);
     m.def("abi_min_version", &qt_abi_min_version);
     m.def("ggml_version", &ggml_version, "The version of the ggml library in use.");
+    m.def("system_info", &qt_system_info, "The CPU backend in use: ggml's variant for this processor, the "
+          "instruction sets it uses and every variant found (qt_system_info()).");
     m.def("voice_ref_min_samples", &qt_voice_ref_min_samples);
     m.def("voice_ref_max_samples", &qt_voice_ref_max_samples);
     m.def("quantize", &quantize, py::arg("data"), py::arg("type"));

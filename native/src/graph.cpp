@@ -1,5 +1,6 @@
 #include "graph.h"
 
+#include "backend-loader.h"
 #include "cpu-ops.h"
 #include "log.h"
 #include "npy.h"
@@ -74,28 +75,42 @@ std::vector<float> tensor_f32(const ggml_tensor * t) {
 
 cpu_backend::cpu_backend(int n_threads, bool share_cores)
     : n_threads_(n_threads), share_cores_(share_cores), active_threads_(n_threads) {
-    backend_.reset(ggml_backend_cpu_init());
+    const cpu_backend_info & cpu = cpu_backend_loaded();
+    backend_.reset(ggml_backend_dev_init(cpu.device, nullptr));
     if (!backend_) {
         throw error(QT_STATUS_FAILED, "cannot initialise ggml's CPU backend");
     }
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu.device);
+    auto proc = [&](const char * name) {
+        void * f = ggml_backend_reg_get_proc_address(reg, name);
+        if (!f) {
+            throw error(QT_STATUS_FAILED, format("ggml's CPU backend lacks %s", name));
+        }
+        return f;
+    };
+    set_n_threads_ = reinterpret_cast<ggml_backend_set_n_threads_t>(proc("ggml_backend_set_n_threads"));
+    set_abort_callback_ = reinterpret_cast<ggml_backend_set_abort_callback_t>(proc("ggml_backend_set_abort_callback"));
+    threadpool_free_ = reinterpret_cast<threadpool_free_t>(proc("ggml_threadpool_free"));
+    auto threadpool_new = reinterpret_cast<threadpool_new_t>(proc("ggml_threadpool_new"));
+    auto set_threadpool = reinterpret_cast<set_threadpool_t>(proc("ggml_backend_cpu_set_threadpool"));
     ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
     // ggml's default polls for the next graph for millions of spins; a worker left out of a
     // smaller graph would keep a core busy for nothing. Waking a sleeping worker costs tens of
     // microseconds per graph, a few graphs per 80 ms frame.
     tpp.poll = 0;
-    threadpool_ = ggml_threadpool_new(&tpp);
+    threadpool_ = threadpool_new(&tpp);
     if (!threadpool_) {
         throw error(QT_STATUS_FAILED, format("cannot start a pool of %d threads", n_threads));
     }
-    ggml_backend_cpu_set_n_threads(backend_.get(), n_threads);
-    ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_);
+    set_n_threads_(backend_.get(), n_threads);
+    set_threadpool(backend_.get(), threadpool_);
 }
 
 cpu_backend::~cpu_backend() {
     allocr_.reset();
     backend_.reset();
     if (threadpool_) {
-        ggml_threadpool_free(threadpool_);
+        threadpool_free_(threadpool_);
     }
 }
 
@@ -122,7 +137,7 @@ void cpu_backend::compute(ggml_cgraph * graph, const char * what) const {
         if (n != active_threads_) {
             QT_LOG_INFO("[Perf] threads: %d -> %d (%.1f of %d cores free)", active_threads_, n, cores_.free_cores(),
                         cores_.n_cores());
-            ggml_backend_cpu_set_n_threads(backend_.get(), n);
+            set_n_threads_(backend_.get(), n);
             active_threads_ = n;
         }
     }
@@ -137,10 +152,10 @@ void cpu_backend::compute(ggml_cgraph * graph, const char * what) const {
 
 void cpu_backend::set_cancel(const std::function<bool()> * cancelled) const {
     if (!cancelled) {
-        ggml_backend_cpu_set_abort_callback(backend_.get(), nullptr, nullptr);
+        set_abort_callback_(backend_.get(), nullptr, nullptr);
         return;
     }
-    ggml_backend_cpu_set_abort_callback(
+    set_abort_callback_(
         backend_.get(), [](void * data) { return (*static_cast<const std::function<bool()> *>(data))(); },
         const_cast<std::function<bool()> *>(cancelled));
 }

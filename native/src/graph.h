@@ -6,7 +6,6 @@
 #include "cpu-ops.h"
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
-#include "ggml-cpu.h"
 #include "ggml.h"
 
 #include <cstdint>
@@ -72,8 +71,17 @@ public:
     void set_cancel(const std::function<bool()> * cancelled) const;
 
 private:
+    // ggml's CPU backend is loaded at run time (backend-loader.h), so its own functions are
+    // reached through its registry.
+    using threadpool_new_t = ggml_threadpool * (*) (ggml_threadpool_params *);
+    using threadpool_free_t = void (*)(ggml_threadpool *);
+    using set_threadpool_t = void (*)(ggml_backend_t, ggml_threadpool *);
+
     ggml_backend_ptr  backend_;
     mutable ggml_gallocr_ptr allocr_;
+    ggml_backend_set_n_threads_t      set_n_threads_ = nullptr;
+    ggml_backend_set_abort_callback_t set_abort_callback_ = nullptr;
+    threadpool_free_t                 threadpool_free_ = nullptr;
     ggml_threadpool * threadpool_ = nullptr;
     int               n_threads_;
     bool              share_cores_;

@@ -1,6 +1,7 @@
 // The C API: parameter and ABI checks, the context, and the exception-to-status boundary.
 #include "qwen3-tts.h"
 
+#include "backend-loader.h"
 #include "codec-decoder.h"
 #include "codec-encoder.h"
 #include "gguf-names.h"
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
@@ -122,6 +124,23 @@ float * copy_audio(const std::vector<float> & pcm) {
 } // namespace
 
 extern "C" {
+
+const char * qt_system_info(void) {
+    static std::mutex  mutex;
+    static std::string text;
+    std::lock_guard<std::mutex> lock(mutex);
+    try {
+        const qt::cpu_backend_info & cpu = qt::cpu_backend_loaded();
+        std::string variants;
+        for (const std::string & v : cpu.available) {
+            variants += (variants.empty() ? "" : ", ") + v;
+        }
+        text = cpu.variant + " (" + cpu.features + "); variants: " + (variants.empty() ? "none" : variants);
+    } catch (const std::exception & e) {
+        text = std::string("no CPU backend: ") + e.what();
+    }
+    return text.c_str();
+}
 
 const char * qt_version(void) { return QWEN3_TTS_VERSION; }
 int32_t qt_abi_version(void) { return QT_ABI_VERSION; }

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from ..engine import Progress
 from ..errors import AudioDeviceError, SynthesisCancelled, VocableError
@@ -152,7 +152,10 @@ def start(worker: Worker, finished: Callable[[Any], None] | None = None, failed:
     relay.worker = worker
     worker.moveToThread(thread)
     thread.started.connect(worker.run)
-    worker.done.connect(thread.quit)
+    # Direct: QThread.quit() is thread-safe, and a queued call would wait for the GUI thread's
+    # event loop, which wait_all() blocks at exit: the thread then outlived the app (Qt aborts:
+    # "QThread: Destroyed while thread is still running").
+    worker.done.connect(thread.quit, Qt.DirectConnection)
     thread.finished.connect(relay.on_thread_finished)
     _running[worker] = relay
     thread.start()

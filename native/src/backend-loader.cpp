@@ -1,0 +1,199 @@
+#include "backend-loader.h"
+
+#include "log.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+#if defined(_WIN32)
+#    include <windows.h>
+#else
+#    include <dlfcn.h>
+#endif
+
+namespace fs = std::filesystem;
+
+namespace qt {
+namespace {
+
+#if defined(_WIN32)
+constexpr const char * k_prefix = "ggml-cpu-";
+constexpr const char * k_suffix = ".dll";
+#else
+constexpr const char * k_prefix = "libggml-cpu-";
+constexpr const char * k_suffix = ".so";
+#endif
+
+// The folder of the shared object that holds `symbol` (empty where it cannot be told).
+fs::path folder_of(const void * symbol) {
+#if defined(_WIN32)
+    HMODULE module = nullptr;
+    wchar_t path[MAX_PATH];
+    if (GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
+                           static_cast<LPCWSTR>(symbol), &module) &&
+        GetModuleFileNameW(module, path, MAX_PATH)) {
+        return fs::path(path).parent_path();
+    }
+    return {};
+#else
+    Dl_info info{};
+    if (dladdr(symbol, &info) && info.dli_fname) {
+        std::error_code ec;
+        const fs::path p = fs::canonical(info.dli_fname, ec);
+        return ec ? fs::path(info.dli_fname).parent_path() : p.parent_path();
+    }
+    return {};
+#endif
+}
+
+// ggml_backend_score() of a variant: 0 when this processor lacks what it was built for, -1 when
+// it cannot be opened.
+int variant_score(const fs::path & path) {
+#if defined(_WIN32)
+    HMODULE lib = LoadLibraryW(path.wstring().c_str());
+    if (!lib) {
+        return -1;
+    }
+    auto score = reinterpret_cast<int (*)()>(GetProcAddress(lib, "ggml_backend_score"));
+    const int s = score ? score() : -1;
+    FreeLibrary(lib);
+    return s;
+#else
+    void * lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        return -1;
+    }
+    auto score = reinterpret_cast<int (*)()>(dlsym(lib, "ggml_backend_score"));
+    const int s = score ? score() : -1;
+    dlclose(lib);
+    return s;
+#endif
+}
+
+struct variant {
+    std::string name;
+    fs::path    path;
+    int         score = 0;
+};
+
+// The variants next to ggml (a wheel, a build tree) or in lib/ beside the engine (a bundle,
+// where the loader may have found ggml elsewhere first), best first.
+std::vector<variant> find_variants() {
+    std::vector<variant> found;
+    for (const fs::path & dir : { folder_of(reinterpret_cast<const void *>(&ggml_backend_load)),
+                                  folder_of(reinterpret_cast<const void *>(&cpu_backend_loaded)) / "lib" }) {
+        std::error_code ec;
+        for (const auto & entry : fs::directory_iterator(dir, ec)) {
+            const std::string file = entry.path().filename().string();
+            if (file.size() <= std::string(k_prefix).size() + std::string(k_suffix).size() ||
+                file.rfind(k_prefix, 0) != 0 || file.compare(file.size() - std::string(k_suffix).size(),
+                                                             std::string::npos, k_suffix) != 0) {
+                continue;
+            }
+            const std::string name = file.substr(std::string(k_prefix).size(),
+                                                 file.size() - std::string(k_prefix).size() - std::string(k_suffix).size());
+            if (std::none_of(found.begin(), found.end(), [&](const variant & v) { return v.name == name; })) {
+                found.push_back({ name, entry.path(), variant_score(entry.path()) });
+            }
+        }
+    }
+    std::stable_sort(found.begin(), found.end(), [](const variant & a, const variant & b) { return a.score > b.score; });
+    return found;
+}
+
+std::string features_of(ggml_backend_reg_t reg) {
+    auto get = reinterpret_cast<ggml_backend_get_features_t>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features"));
+    std::string out;
+    for (const ggml_backend_feature * f = get ? get(reg) : nullptr; f && f->name; ++f) {
+        if (std::string(f->value) == "1") {
+            out += (out.empty() ? "" : " ") + std::string(f->name);
+        }
+    }
+    return out;
+}
+
+// ggml's own messages ("load_backend: loaded CPU backend from ...", gguf errors) go to the
+// engine's log (qt_init_params.log_callback) instead of straight to stderr.
+void forward_ggml_log(ggml_log_level level, const char * text, void *) {
+    std::string line(text ? text : "");
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) {
+        line.pop_back();
+    }
+    if (line.empty()) {
+        return;
+    }
+    const qt_log_level to = level == GGML_LOG_LEVEL_ERROR  ? QT_LOG_LEVEL_ERROR
+                            : level == GGML_LOG_LEVEL_WARN ? QT_LOG_LEVEL_WARN
+                            : level == GGML_LOG_LEVEL_DEBUG ? QT_LOG_LEVEL_DEBUG
+                                                            : QT_LOG_LEVEL_INFO;
+    log(to, "ggml: %s", line.c_str());
+}
+
+cpu_backend_info load() {
+    ggml_log_set(forward_ggml_log, nullptr);
+    cpu_backend_info info;
+    const std::vector<variant> variants = find_variants();
+    for (const variant & v : variants) {
+        info.available.push_back(v.name + (v.score > 0 ? "" : " (not on this CPU)"));
+    }
+    const char * forced = std::getenv("VOCABLE_CPU_VARIANT");
+    const variant * chosen = nullptr;
+    if (forced && *forced) {
+        for (const variant & v : variants) {
+            if (v.name == forced) {
+                chosen = &v;
+            }
+        }
+        std::string names;
+        for (const std::string & a : info.available) {
+            names += (names.empty() ? "" : ", ") + a;
+        }
+        if (!chosen) {
+            throw error(QT_STATUS_FAILED, format("VOCABLE_CPU_VARIANT=%s: no such CPU variant (there are: %s)", forced,
+                                                 names.empty() ? "none" : names.c_str()));
+        }
+        if (chosen->score <= 0) {
+            throw error(QT_STATUS_FAILED, format("VOCABLE_CPU_VARIANT=%s: this processor cannot run that variant "
+                                                 "(there are: %s)", forced, names.c_str()));
+        }
+    } else if (!variants.empty() && variants.front().score > 0) {
+        chosen = &variants.front();
+    }
+    if (chosen) {
+        ggml_backend_reg_t reg = ggml_backend_load(chosen->path.string().c_str());
+        if (!reg) {
+            throw error(QT_STATUS_FAILED, format("cannot load ggml's CPU backend %s", chosen->path.string().c_str()));
+        }
+        info.variant = chosen->name;
+        info.path = chosen->path.string();
+    } else {
+        info.variant = "built in";
+    }
+    info.device = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!info.device) {
+        throw error(QT_STATUS_FAILED, variants.empty()
+                                          ? std::string("ggml's CPU backend was not found (no libggml-cpu-*.so beside ggml)")
+                                          : std::string("no CPU variant of ggml runs on this processor"));
+    }
+    info.features = features_of(ggml_backend_dev_backend_reg(info.device));
+    return info;
+}
+
+} // namespace
+
+const cpu_backend_info & cpu_backend_loaded() {
+    static std::mutex       mutex;
+    static cpu_backend_info loaded;
+    static bool             done = false;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!done) {
+        loaded = load();  // throws: the next call tries again
+        done = true;
+        QT_LOG_INFO("ggml CPU backend: %s variant (%s)", loaded.variant.c_str(), loaded.features.c_str());
+    }
+    return loaded;
+}
+
+} // namespace qt
