@@ -318,29 +318,34 @@ def test_synthesis_stream_plays_whole_in_order(pulse, converted, tmp_path):
 
 def test_slow_stream_waits_for_the_planned_buffer(fake, monkeypatch):
     """Arriving at half real time with 2 s expected, the player measures the rate from the chunks
-    and holds back R (f - 1) x margin before the first sound, and says why; then it plays out."""
+    and holds back the first sound until R (f - 1) margin + a chunk - B after the latest chunk,
+    says how long and why, and starts when that time has passed, between chunks too."""
     now = [0.0]
     monkeypatch.setattr(playback.time, "monotonic", lambda: now[0])
-    player = StreamPlayer(24000, preroll_sec=0.1, expected_seconds=2.0)
+    player = StreamPlayer(24000, preroll_sec=0.1, expected_seconds=2.0, max_chunk_seconds=0.08)
     stream = fake.streams[0]
     chunk = 1920   # 80 ms, arriving every 160 ms
     player.write(ramp(0, chunk))
     now[0] += 0.16
     player.write(ramp(chunk, chunk))
     assert player.real_time_factor == pytest.approx(2.0)
-    plan = (2.0 - 0.16) * (2.0 - 1.0) * playback.PLAN_MARGIN
-    assert player.waiting == f"buffering {plan:.1f} s of audio before playing: synthesis runs at 2.00x real time"
+    wait = (2.0 - 0.16) * (2.0 - 1.0) * playback.PLAN_MARGIN + 0.08 - 0.16
+    assert player.waiting == (f"first sound in {wait:.1f} s, so that the rest arrives in time: synthesis runs at "
+                              "2.00x real time")
     written, silent_pulls = 2 * chunk, 0
-    while True:
-        plan = (2.0 - written / 24000) * playback.PLAN_MARGIN
-        if written / 24000 >= plan:
-            break
+    # while the plan's wait after a chunk is longer than the 0.16 s until the next one
+    while (2.0 - written / 24000) * playback.PLAN_MARGIN + 0.08 - written / 24000 > 0.16:
         assert not pull(stream, 256).any()   # far past the pre-roll, still short of the plan: silence
         silent_pulls += 1
         now[0] += 0.16
         player.write(ramp(written, chunk))
         written += chunk
     assert silent_pulls > 5
+    # the next chunk is not needed: the plan's time passes first
+    wait = (2.0 - written / 24000) * playback.PLAN_MARGIN + 0.08 - written / 24000
+    now[0] += max(wait, 0.0) - 0.01
+    assert not pull(stream, 256).any()
+    now[0] += 0.02
     assert pull(stream, 256).any() and player.waiting is None
     assert player.waited_seconds == pytest.approx(now[0]) and "2.00x real time" in player.wait_reason
 

@@ -122,7 +122,8 @@ def _cmd_say(args) -> int:
             from .playback import StreamPlayer
             try:
                 device = int(args.device) if args.device and args.device.isdigit() else args.device
-                player = StreamPlayer(engine.sample_rate, device=device, expected_seconds=expected_speech_seconds(text))
+                player = StreamPlayer(engine.sample_rate, device=device, expected_seconds=expected_speech_seconds(text),
+                                      max_chunk_seconds=engine.max_chunk_seconds)
             except AudioDeviceError as e:
                 print(f"vocable: {e}; writing {out} only", file=sys.stderr)
         try:

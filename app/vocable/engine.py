@@ -433,6 +433,11 @@ class Engine:
         return int(self.info["sample_rate"])
 
     @property
+    def max_chunk_seconds(self) -> float:
+        """The longest audio chunk a stream hands over (codec_chunk_sec in whole frames)."""
+        return self.info["codec_chunk_frames"] * self.info["samples_per_frame"] / self.sample_rate
+
+    @property
     def languages(self) -> tuple[str, ...]:
         """The languages the model knows ("auto" picks by itself), read from the model file."""
         return self._languages

@@ -18,7 +18,13 @@ from the arrival of the chunks (wall time per second of audio, from the first ch
 given the stream's expected length (`expected_seconds`, e.g. text.expected_speech_seconds),
 waits for just enough audio that the rest arrives before it is due: with R seconds still to
 come at a real-time factor f > 1, playing them takes R s and producing them R f s, so it needs
-R (f - 1) s buffered (plus a safety margin). `waiting` says how long it waits and why.
+R (f - 1) s buffered (times a safety margin), plus one chunk c, because audio arrives in chunks
+and the last one is only there once all of it is made (a chunk starting at q is due at q and
+arrives at (q + c - B) f: B >= R (f - 1) + c). c is the engine's largest chunk
+(`max_chunk_seconds`; without it, twice the largest seen so far, as chunks double), at most R.
+Counted from the latest chunk's arrival, this is a time: the player starts as soon as it has
+passed, between chunks too, so it waits no longer than the plan needs. `waiting` says how long
+it still waits and why.
 
 When the buffer still runs dry before finish() (the machine got slower, or the estimate was
 short) it plays silence, counts and logs an underrun, and buffers again, with a pre-roll at
@@ -67,7 +73,7 @@ class StreamPlayer:
 
     def __init__(self, sample_rate: int, device: int | str | None = None,
                  preroll_sec: float = DEFAULT_PREROLL_SEC, max_preroll_sec: float = MAX_PREROLL_SEC,
-                 expected_seconds: float | None = None):
+                 expected_seconds: float | None = None, max_chunk_seconds: float | None = None):
         if sample_rate <= 0 or preroll_sec < 0 or max_preroll_sec < preroll_sec:
             raise ValueError("need sample_rate > 0 and 0 <= preroll_sec <= max_preroll_sec")
         if expected_seconds is not None and expected_seconds < 0:
@@ -102,9 +108,13 @@ class StreamPlayer:
         self._played = 0            # device-rate samples played from the buffer
         self.underruns = 0          # the buffer ran dry before finish()
         self.expected_seconds = expected_seconds
+        self.max_chunk_seconds = max_chunk_seconds
         self._written_s = 0.0       # seconds of audio written (at the stream's rate)
         self._first_write = None    # time.monotonic() of the first chunk
+        self._last_write = 0.0      # and of the latest
+        self._plan_held = False     # the plan held back the first sound past the pre-roll
         self._after_first_s = 0.0   # seconds of audio written after the first chunk
+        self._largest_chunk_s = 0.0
         self.real_time_factor: float | None = None   # live: wall time per second of audio arriving
         self.waited_seconds: float | None = None     # from the first chunk to the first sound
         self.wait_reason = ""                        # why it waited longer than the pre-roll
@@ -145,26 +155,31 @@ class StreamPlayer:
             if self._after_first_s > 0:
                 self.real_time_factor = (now - self._first_write) / self._after_first_s
         self._written_s += seconds
+        self._last_write = now
+        self._largest_chunk_s = max(self._largest_chunk_s, seconds)
 
-    def _needed(self) -> int:
-        """Samples to buffer before playing: the pre-roll, or the plan's R (f - 1) when more."""
+    def _plan_wait(self, now: float) -> float:
+        """Seconds still to wait before playing so that the rest arrives in time (see the module
+        doc): R (f - 1) margin + c - B after the latest chunk; 0 when the stream keeps up."""
         f, expected = self.real_time_factor, self.expected_seconds
         if f is None or f <= 1.0 or expected is None:
-            return self._preroll
+            return 0.0
         remaining = max(expected - self._written_s, 0.0)
-        return max(self._preroll, int(remaining * (f - 1.0) * PLAN_MARGIN * self.device_rate))
+        chunk = min(self.max_chunk_seconds or 2.0 * self._largest_chunk_s, remaining)
+        needed = remaining * (f - 1.0) * PLAN_MARGIN + chunk
+        return max(0.0, self._last_write + needed - self._buffered / self.device_rate - now)
 
     @property
     def waiting(self) -> str | None:
-        """While it holds back audio for longer than the pre-roll, how long and why
-        ("buffering 2.1 s of audio before playing: synthesis runs at 1.31x real time"), else None."""
+        """While the plan holds back the first sound, how long and why ("first sound in 2.1 s, so
+        that the rest arrives in time: synthesis runs at 1.31x real time"), else None."""
         with self._lock:
-            if not self._buffering or self._finishing or self._stopped:
+            if not self._buffering or self._finishing or self._stopped or self.waited_seconds is not None:
                 return None
-            needed = self._needed()
-            if needed <= self._preroll or self.real_time_factor is None:
+            wait = self._plan_wait(time.monotonic())
+            if wait <= 0:
                 return None
-            return (f"buffering {needed / self.device_rate:.1f} s of audio before playing: synthesis runs at "
+            return (f"first sound in {wait:.1f} s, so that the rest arrives in time: synthesis runs at "
                     f"{self.real_time_factor:.2f}x real time")
 
     def finish(self) -> None:
@@ -241,14 +256,16 @@ class StreamPlayer:
                 out.fill(0)
                 raise self._sd.CallbackAbort
             if self._buffering:
-                needed = self._needed()
-                if self._buffered >= needed or self._finishing:
+                now = time.monotonic()
+                held = self._buffered >= self._preroll and self._plan_wait(now) > 0
+                self._plan_held = self._plan_held or held
+                if self._finishing or (self._buffered >= self._preroll and not held):
                     self._buffering = False
                     if self.waited_seconds is None and self._first_write is not None:
-                        self.waited_seconds = time.monotonic() - self._first_write
-                        if needed > self._preroll:
-                            self.wait_reason = (f"synthesis ran at {self.real_time_factor:.2f}x real time, so "
-                                                f"{needed / self.device_rate:.1f} s were buffered first")
+                        self.waited_seconds = now - self._first_write
+                        if self._plan_held:
+                            self.wait_reason = (f"synthesis ran at {self.real_time_factor:.2f}x real time, so it "
+                                                f"waited for {self._buffered / self.device_rate:.1f} s of audio")
                 else:
                     out.fill(0)
                     return

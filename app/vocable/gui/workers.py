@@ -350,7 +350,8 @@ class SynthesisWorker(Worker):
         from ..text import expected_speech_seconds
         try:
             player = StreamPlayer(rate, device=self.request.output_device,
-                                  expected_seconds=expected_speech_seconds(self.request.text))
+                                  expected_seconds=expected_speech_seconds(self.request.text),
+                                  max_chunk_seconds=self.engine.max_chunk_seconds)
         except AudioDeviceError as e:
             self.player_ready.emit(None, str(e))
             return None
