@@ -623,3 +623,15 @@ def test_clip_player_play_pause_seek(qtbot, monkeypatch):
     third.played_seconds, third.finished = 3.0, True       # played to the end
     qtbot.waitUntil(lambda: clip.state == STOPPED, timeout=2000)
     assert clip.position == 0.0
+
+
+def test_progress_line_says_why_playback_waits():
+    """While the player holds the first sound back (StreamPlayer.waiting), the progress line says so."""
+    from vocable.engine import Progress
+    from vocable.gui.workers import SynthesisStats
+
+    progress = Progress(frames=10, audio_seconds=0.8, elapsed=1.2, time_to_first_audio=0.3, segment=0, segments=1,
+                        done=False)
+    waiting = "first sound in 2.1 s, so that the rest arrives in time: synthesis runs at 1.50x real time"
+    assert SynthesisStats("speaking", progress, waiting).describe() == f"{progress.describe()}; {waiting}"
+    assert SynthesisStats("speaking", progress).describe() == progress.describe()
