@@ -1,13 +1,13 @@
 # cmake -DGGML_SOURCE=<ggml source dir> -P ggml-sharing-barrier.cmake
 #
-# Makes ggml's CPU thread pool share the cores (llama.cpp #13079, whisper.cpp #2725): a thread
-# waiting at ggml_barrier spins for a bounded time (GGML_BARRIER_SPIN_US, default 50 us), then
-# sleeps on a futex (other systems: yields) until the last thread arrives, which wakes sleepers
-# only when there are any. ggml's barrier spins without bound, so a thread that loses its core
-# to another process stalls the others, which burn the cores it needs: 2 engine threads beside
-# one busy process ran 3-10x slower instead of at most 1.5x. Applied to the pinned sdist's
-# ggml-cpu.c by exact-text replacement; any mismatch fails the build instead of building
-# unpatched.
+# Keeps a thread waiting at ggml_barrier from burning a core that its parked partner or another
+# process needs (llama.cpp #13079, whisper.cpp #2725): it spins for a bounded time
+# (GGML_BARRIER_SPIN_US, default 50 us), then sleeps on a futex (other systems: yields) until
+# the last thread arrives, which wakes sleepers only when there are any. ggml's barrier spins
+# without bound. Measured alone (two threads beside one busy process, 2 cores) it took the
+# slowdown from 2.9-3.1x to 2.3-2.8x the quiet speed; the rest comes from running fewer threads
+# (native/src/core-share.h). Applied to the pinned sdist's ggml-cpu.c by exact-text replacement;
+# any mismatch fails the build instead of building unpatched.
 set(file "${GGML_SOURCE}/src/ggml-cpu/ggml-cpu.c")
 file(READ "${file}" text)
 
