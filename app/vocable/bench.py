@@ -1110,9 +1110,11 @@ def contention_runs(engine, inp: BenchInput, busy: int, engines: int) -> dict[st
         own = model is not None and wt != inp.main_type
         eng = Engine(model.gguf, threads=inp.threads) if own else engine
         try:
-            out[wt] = bench_contention.contention(
-                eng, str(model.gguf if model else engine.model_path), inp.clip, str(inp.clip_path), inp.threads,
-                GEN_TEXT, GEN_LANGUAGE, inp.frames, inp.repeats, busy, engines, engine_perf_lines)
+            voice = eng.embed_voice(inp.clip, SAMPLE_RATE)
+            engine_args = [str(eng.model_path), str(inp.clip_path), str(inp.threads), GEN_TEXT, GEN_LANGUAGE,
+                           str(max(inp.frames, 50))]
+            out[wt] = bench_contention.contention(lambda: _synthesize(eng, voice, inp.frames), inp.repeats, busy,
+                                                  engines, engine_args)
         except VocableError as e:
             out[wt] = {"error": str(e)}
         finally:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -68,37 +68,29 @@ def background_work(busy: int, engines: int, engine_args: list[str]) -> Iterator
             p.wait()
 
 
-def measure(engine, voice, text: str, language: str, frames: int, repeats: int, perf_lines) -> dict:
-    """Median real-time factor of `repeats` streamed syntheses (after a warm-up), and the thread
-    counts the engine switched to on the way."""
+def measure(synthesize: Callable[[], object], repeats: int) -> dict:
+    """Median real-time factor of `repeats` calls of `synthesize` (after a warm-up; it returns
+    the bench's SynthesisCall), and the thread counts the engine switched to on the way."""
     rtfs, threads = [], set()
     for i in range(1 + repeats):
-        with perf_lines() as lines:
-            t0 = time.perf_counter()
-            with engine.synthesize(text, voice, language, greedy=True, max_frames=frames) as stream:
-                for _ in stream:
-                    pass
-                result = stream.result()
-            wall = time.perf_counter() - t0
-        threads.update(int(m.group(1)) for line in lines for m in [_THREADS_LINE.search(line)] if m)
+        call = synthesize()
+        threads.update(int(m.group(1)) for line in call.lines for m in [_THREADS_LINE.search(line)] if m)
         if i:
-            rtfs.append(wall / (len(result.audio) / 24000))
+            rtfs.append(call.wall_ms / 1e3 / call.result.seconds)
     return {"rtf": float(np.median(rtfs)), "runs": [round(r, 3) for r in rtfs], "threads_switched_to": sorted(threads)}
 
 
-def contention(engine, gguf: str, clip: np.ndarray, clip_path: str, threads: int, text: str, language: str,
-               frames: int, repeats: int, busy: int, engines: int, perf_lines) -> dict:
-    """Quiet, busy-loaded and engine-loaded real-time factors of one model (see the module doc)."""
-    voice = engine.embed_voice(clip, 24000)
-    out: dict = {"quiet": measure(engine, voice, text, language, frames, repeats, perf_lines)}
+def contention(synthesize: Callable[[], object], repeats: int, busy: int, engines: int, engine_args: list[str]) -> dict:
+    """Quiet, busy-loaded and engine-loaded real-time factors of `synthesize` (see the module doc);
+    `engine_args` are engine_load_loop's for the background engines."""
+    out: dict = {"quiet": measure(synthesize, repeats)}
     quiet = out["quiet"]["rtf"]
-    engine_args = [gguf, clip_path, str(threads), text, language, str(max(frames, 50))]
     for key, n_busy, n_engines, target in (("busy", busy, 0, TARGET_BUSY_RATIO if busy == 1 else None),
                                            ("engines", 0, engines, TARGET_ENGINES_RATIO if engines == 1 else None)):
         if not (n_busy or n_engines):
             continue
         with background_work(n_busy, n_engines, engine_args):
-            r = measure(engine, voice, text, language, frames, repeats, perf_lines)
+            r = measure(synthesize, repeats)
         r.update(count=n_busy or n_engines, ratio=r["rtf"] / quiet, target_ratio=target,
                  met=None if target is None else r["rtf"] / quiet <= target)
         out[key] = r

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <string_view>
 
 #if defined(_WIN32)
 #    include <windows.h>
@@ -19,12 +20,20 @@ namespace qt {
 namespace {
 
 #if defined(_WIN32)
-constexpr const char * k_prefix = "ggml-cpu-";
-constexpr const char * k_suffix = ".dll";
+constexpr std::string_view k_prefix = "ggml-cpu-";
+constexpr std::string_view k_suffix = ".dll";
 #else
-constexpr const char * k_prefix = "libggml-cpu-";
-constexpr const char * k_suffix = ".so";
+constexpr std::string_view k_prefix = "libggml-cpu-";
+constexpr std::string_view k_suffix = ".so";
 #endif
+
+std::string joined(const std::vector<std::string> & items) {
+    std::string out;
+    for (const std::string & item : items) {
+        out += (out.empty() ? "" : ", ") + item;
+    }
+    return out.empty() ? "none" : out;
+}
 
 // The folder of the shared object that holds `symbol` (empty where it cannot be told).
 fs::path folder_of(const void * symbol) {
@@ -86,14 +95,13 @@ std::vector<variant> find_variants() {
                                   folder_of(reinterpret_cast<const void *>(&cpu_backend_loaded)) / "lib" }) {
         std::error_code ec;
         for (const auto & entry : fs::directory_iterator(dir, ec)) {
-            const std::string file = entry.path().filename().string();
-            if (file.size() <= std::string(k_prefix).size() + std::string(k_suffix).size() ||
-                file.rfind(k_prefix, 0) != 0 || file.compare(file.size() - std::string(k_suffix).size(),
-                                                             std::string::npos, k_suffix) != 0) {
+            const std::string  file = entry.path().filename().string();
+            const std::string_view f = file;
+            if (f.size() <= k_prefix.size() + k_suffix.size() || f.substr(0, k_prefix.size()) != k_prefix ||
+                f.substr(f.size() - k_suffix.size()) != k_suffix) {
                 continue;
             }
-            const std::string name = file.substr(std::string(k_prefix).size(),
-                                                 file.size() - std::string(k_prefix).size() - std::string(k_suffix).size());
+            const std::string name(f.substr(k_prefix.size(), f.size() - k_prefix.size() - k_suffix.size()));
             if (std::none_of(found.begin(), found.end(), [&](const variant & v) { return v.name == name; })) {
                 found.push_back({ name, entry.path(), variant_score(entry.path()) });
             }
@@ -146,13 +154,10 @@ cpu_backend_info load() {
                 chosen = &v;
             }
         }
-        std::string names;
-        for (const std::string & a : info.available) {
-            names += (names.empty() ? "" : ", ") + a;
-        }
+        const std::string names = joined(info.available);
         if (!chosen) {
             throw error(QT_STATUS_FAILED, format("VOCABLE_CPU_VARIANT=%s: no such CPU variant (there are: %s)", forced,
-                                                 names.empty() ? "none" : names.c_str()));
+                                                 names.c_str()));
         }
         if (chosen->score <= 0) {
             throw error(QT_STATUS_FAILED, format("VOCABLE_CPU_VARIANT=%s: this processor cannot run that variant "
@@ -167,7 +172,6 @@ cpu_backend_info load() {
             throw error(QT_STATUS_FAILED, format("cannot load ggml's CPU backend %s", chosen->path.string().c_str()));
         }
         info.variant = chosen->name;
-        info.path = chosen->path.string();
     } else {
         info.variant = "built in";
     }
@@ -182,6 +186,10 @@ cpu_backend_info load() {
 }
 
 } // namespace
+
+std::string cpu_backend_info::describe() const {
+    return variant + " (" + features + "); variants: " + joined(available);
+}
 
 const cpu_backend_info & cpu_backend_loaded() {
     static std::mutex       mutex;

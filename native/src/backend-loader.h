@@ -1,7 +1,8 @@
 // ggml's CPU backend, loaded at run time: the engine's build ships the CPU backend as several
 // variants (libggml-cpu-<name>.so: x64, haswell, skylakex, icelake, zen4, sapphirerapids, ...;
-// cmake/ggml.cmake), and the best one this processor can run is loaded once per process. VOCABLE_CPU_VARIANT=<name> forces a lower (or any supported) variant, so one machine
-// can measure several.
+// cmake/ggml.cmake), and the best one this processor can run is loaded once per process.
+// VOCABLE_CPU_VARIANT=<name> forces a lower (or any supported) variant, so one machine can
+// measure several.
 #pragma once
 
 #include "ggml-backend.h"
@@ -14,9 +15,11 @@ namespace qt {
 struct cpu_backend_info {
     std::string              variant;    // "zen4"; "built in" when ggml has no loadable variants
     std::string              features;   // what the variant uses: "AVX2 FMA F16C AVX512 ..."
-    std::string              path;       // the variant's file
     std::vector<std::string> available;  // every variant found, best first, with "(not on this CPU)"
     ggml_backend_dev_t       device = nullptr;
+
+    // "zen4 (SSE3 ... AVX512 ...); variants: zen4, icelake, ..., x64" (qt_system_info()).
+    std::string describe() const;
 };
 
 // Loads the CPU backend on the first call (thread-safe) and returns what was loaded. Throws

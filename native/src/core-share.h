@@ -4,8 +4,9 @@
 // ggml's workers meet at a barrier after every graph node (hundreds per generated frame). When
 // the engine runs more threads than there are free cores, one of them is always waiting for the
 // scheduler, and every other thread waits for it at the next barrier: with one busy process on
-// two cores, two engine threads ran 3-4x slower than quiet, one thread about 1.8x. So the engine
-// runs as many threads as cores are free, up to the number it was given.
+// two cores, two engine threads ran 2.7-3.1x slower than quiet, one thread (with a core to
+// itself) 1.7-1.9x. So the engine runs as many threads as cores are free, up to the number it
+// was given.
 //
 // Free cores are measured, not guessed: the CPU time all processes used over the last window
 // (/proc/stat) minus this process's own (CLOCK_PROCESS_CPUTIME_ID), so the engine's own

@@ -133,10 +133,10 @@ void cpu_backend::trim_allocator() const noexcept {
 
 void cpu_backend::compute(ggml_cgraph * graph, const char * what) const {
     if (share_cores_) {
-        const int n = threads_for_free_cores(cores_.free_cores(), n_threads_);
+        const double free = cores_.free_cores();
+        const int    n = threads_for_free_cores(free, n_threads_);
         if (n != active_threads_) {
-            QT_LOG_INFO("[Perf] threads: %d -> %d (%.1f of %d cores free)", active_threads_, n, cores_.free_cores(),
-                        cores_.n_cores());
+            QT_LOG_INFO("[Perf] threads: %d -> %d (%.1f of %d cores free)", active_threads_, n, free, cores_.n_cores());
             set_n_threads_(backend_.get(), n);
             active_threads_ = n;
         }

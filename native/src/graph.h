@@ -54,8 +54,6 @@ public:
 
     ggml_backend_t get() const { return backend_.get(); }
     int            n_threads() const { return n_threads_; }
-    // The threads the last graph ran on.
-    int            active_threads() const { return active_threads_; }
 
     // Computes a graph that is already allocated; throws QT_STATUS_CANCELLED when the cancel
     // check stopped it and QT_STATUS_FAILED naming `what` on any other failure.

@@ -130,12 +130,7 @@ const char * qt_system_info(void) {
     static std::string text;
     std::lock_guard<std::mutex> lock(mutex);
     try {
-        const qt::cpu_backend_info & cpu = qt::cpu_backend_loaded();
-        std::string variants;
-        for (const std::string & v : cpu.available) {
-            variants += (variants.empty() ? "" : ", ") + v;
-        }
-        text = cpu.variant + " (" + cpu.features + "); variants: " + (variants.empty() ? "none" : variants);
+        text = qt::cpu_backend_loaded().describe();
     } catch (const std::exception & e) {
         text = std::string("no CPU backend: ") + e.what();
     }
