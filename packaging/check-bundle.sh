@@ -62,7 +62,7 @@ case "$version" in
     *) fail "vocable --version does not name the app, engine, ABI range and ggml: $version" ;;
 esac
 # ggml's CPU backend is loaded at run time from the bundle's copies of every variant
-echo "$version" | grep -q "^CPU backend: [a-z0-9]\+ (.*); variants: .*x64" \
+echo "$version" | grep -q "^CPU backend: [a-z0-9]\+ (.*); kernels: [a-z0-9]\+; variants: .*x64" \
     || fail "the bundle's engine did not load a ggml CPU variant: $version"
 variants=$(find "$copy" -name 'libggml-cpu-*.so' | wc -l)
 [ "$variants" -ge 14 ] || fail "the bundle carries $variants ggml CPU variants, not all 14"

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from conftest import fixture_dir
 from vocable import bench, bench_model
+from vocable.errors import VocableError
 from vocable.voice import Voice
 
 
@@ -573,6 +575,33 @@ def test_run_bench_beside_other_work(small_model, tmp_path, capsys):
         assert r["count"] == 1 and r["rtf"] > 0 and r["target_ratio"] == target, r
         assert r["ratio"] == pytest.approx(r["rtf"] / c["quiet"]["rtf"]) and r["met"] == (r["ratio"] <= target)
     assert "with 1 busy process(es):" in out and "with 1 other engine(s) synthesizing:" in out
+
+
+def test_run_bench_on_several_cpu_variants(small_model, tmp_path, capsys):
+    """--cpu-variants: each variant in its own process (the generic x64 one and the best this
+    processor runs), with the kernels each used, speed-ups over the first, and a clear failure
+    for a variant that does not exist."""
+    from vocable import _engine
+
+    best = _engine.system_info().split(" ", 1)[0]
+    spec, cache, model = small_model
+    rc = bench.run_bench(bench_args(tmp_path, model=str(model.gguf), repeats=1, cpu_variants=f"x64,{best},pentium3"))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    c = last_json(out)["cpu_variants"]["as converted"]
+    assert c["baseline"] == "x64" and list(c["runs"]) == ["x64", best, "pentium3"]
+    generic, fast = c["runs"]["x64"], c["runs"][best]
+    assert generic["kernels"] == "generic" and generic["info"].startswith("x64 (")
+    assert fast["info"].startswith(f"{best} (") and fast["rtf"] > 0
+    assert fast["speedup"] == pytest.approx(generic["rtf"] / fast["rtf"])
+    assert "no such CPU variant" in c["runs"]["pentium3"]["error"]
+    assert f"as converted: {best} (kernels {fast['kernels']}): real-time factor" in out
+    assert "as converted: pentium3: failed:" in out
+
+
+def test_cpu_variants_needs_two():
+    with pytest.raises(VocableError, match="at least two variants"):
+        bench.run_bench(bench_args(Path("/nonexistent"), cpu_variants="zen4"))
 
 
 def test_background_work_is_stopped(monkeypatch):

@@ -56,7 +56,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import bench_contention
+from . import bench_contention, bench_variants
 from .errors import VocableError
 
 SAMPLE_RATE = 24000
@@ -924,6 +924,11 @@ def _print_report(rep: dict) -> None:
         for wt, c in rep["contention"].items():
             for line in ([f"{wt}: failed: {c['error']}"] if "error" in c else bench_contention.describe(wt, c)):
                 print(f"    {line}")
+    if rep.get("cpu_variants"):
+        print(f"  CPU variants (streamed synthesis, {rep['frames']} frames, greedy; one process each):")
+        for wt, c in rep["cpu_variants"].items():
+            for line in bench_variants.describe(wt, c):
+                print(f"    {line}")
     missed = rep.get("missed_targets") or []
     if missed:
         print(f"  MISSED TARGETS ({len(missed)}):")
@@ -965,6 +970,8 @@ def run_bench(args) -> int:
         raise VocableError("--background-load and --background-engines cannot be negative")
     if not 1.0 <= seconds <= 60.0:
         raise VocableError("--ref-seconds must be between 1 and 60 (the engine's reference length)")
+    if getattr(args, "cpu_variants", None):
+        bench_variants.parse(args.cpu_variants)
     frames = int(getattr(args, "frames", None) or DEFAULT_FRAMES)
     if frames < 1:
         raise VocableError("--frames must be at least 1")
@@ -1041,6 +1048,14 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
                 ours[g.name] = GroupResult(error=str(e))
         if busy or engines:
             contention = contention_runs(engine, inp, busy, engines)
+    variants: dict[str, dict] = {}
+    if getattr(args, "cpu_variants", None):
+        names = bench_variants.parse(args.cpu_variants)
+        for wt in list(inp.models) or [inp.main_type]:
+            gguf = inp.models[wt].gguf if wt in inp.models else model.gguf
+            _say(f"engine: CPU variants {', '.join(names)}, {wt}: one process each")
+            variants[wt] = bench_variants.compare(str(gguf), str(inp.clip_path), inp.threads, inp.frames,
+                                                  inp.repeats, names)
 
     theirs: dict[str, GroupResult] = {}
     ref = {"status": "skipped", "reason": "--no-reference"}
@@ -1089,7 +1104,9 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         "vocable_extra": {g: r.extra for g, r in ours.items()}, "reference": ref,
         "reference_extra": {g: r.extra for g, r in theirs.items()}, "stages": stages,
         "agreement": agreement, "agreement_text": agreement_text,
-        "missed_targets": missed_targets(stages) + bench_contention.missed(contention), "contention": contention,
+        "missed_targets": missed_targets(stages) + bench_contention.missed(contention) +
+                          bench_variants.missed(variants),
+        "contention": contention, "cpu_variants": variants,
         "loadavg_1min": [load_before, _loadavg()],   # other work on the machine skews the figures
     }
     _print_report(report)

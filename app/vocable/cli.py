@@ -291,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time synthesis beside N busy processes (each spins one core)")
     b.add_argument("--background-engines", type=int, default=0, metavar="N",
                    help="also time synthesis beside N other engines synthesizing at the same time")
+    b.add_argument("--cpu-variants", metavar="A,B,...",
+                   help="also time synthesis on each of these ggml CPU variants (e.g. haswell,zen4: AVX2 against "
+                        "AVX512), each in its own process, with speed-ups over the first")
     b.set_defaults(func=_cmd_bench)
     return p
 

@@ -199,9 +199,9 @@ typedef struct qt_audio {
 
 /* The CPU backend this process runs on, loaded on the first call (as by qt_init): ggml's CPU
  * variant chosen for this processor (or forced by the environment variable
- * VOCABLE_CPU_VARIANT=<name>), the instruction sets it uses and every variant found, e.g.
- * "zen4 (SSE3 SSSE3 AVX AVX2 F16C FMA BMI2 AVX512 ...); variants: zen4, icelake, ..."; or why
- * none could be loaded. The string lives as long as the library. */
+ * VOCABLE_CPU_VARIANT=<name>), the instruction sets it uses, the engine's own kernels beside it
+ * (generic, avx2 or avx512) and every variant found, e.g. "zen4 (SSE3 SSSE3 AVX AVX2 F16C FMA
+ * BMI2 AVX512 ...); kernels: avx512; variants: zen4, icelake, ..."; or why none could be loaded. The string lives as long as the library. */
 QT_API const char * qt_system_info(void);
 
 /* Library version string ("MAJOR.MINOR.PATCH") and the ABI range this build accepts. */

@@ -187,8 +187,8 @@ cpu_backend_info load() {
 
 } // namespace
 
-std::string cpu_backend_info::describe() const {
-    return variant + " (" + features + "); variants: " + joined(available);
+std::string cpu_backend_info::describe(const char * kernels) const {
+    return variant + " (" + features + "); kernels: " + kernels + "; variants: " + joined(available);
 }
 
 const cpu_backend_info & cpu_backend_loaded() {

@@ -18,8 +18,9 @@ struct cpu_backend_info {
     std::vector<std::string> available;  // every variant found, best first, with "(not on this CPU)"
     ggml_backend_dev_t       device = nullptr;
 
-    // "zen4 (SSE3 ... AVX512 ...); variants: zen4, icelake, ..., x64" (qt_system_info()).
-    std::string describe() const;
+    // "zen4 (SSE3 ... AVX512 ...); kernels: avx512; variants: zen4, icelake, ..., x64"
+    // (qt_system_info()), with the kernels of cpu-ops.h that run beside it.
+    std::string describe(const char * kernels) const;
 };
 
 // Loads the CPU backend on the first call (thread-safe) and returns what was loaded. Throws

@@ -1,28 +1,55 @@
 #include "cpu-ops.h"
 
+#include "backend-loader.h"
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #    include <immintrin.h>
-#    define QT_X86  1
-#    define QT_AVX2 __attribute__((target("avx2,fma,f16c")))
+#    define QT_X86    1
+#    define QT_AVX2   __attribute__((target("avx2,fma,f16c")))
+#    define QT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
+// GCC 12's AVX512 intrinsics pass _mm512_undefined_ps() (a self-initialised variable) as the
+// unused merge operand, which -Wmaybe-uninitialized reports at every use.
+#    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace qt {
 
 namespace {
 
-bool use_avx2() {
-#ifdef QT_X86
-    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
-    return ok;
-#else
+bool has_feature(const std::string & features, const char * name) {
+    std::istringstream in(features);
+    for (std::string word; in >> word;) {
+        if (word == name) {
+            return true;
+        }
+    }
     return false;
+}
+
+// The best kernels that this processor runs and the loaded ggml variant uses too: forcing a
+// lower variant (VOCABLE_CPU_VARIANT=haswell, x64) lowers these with it, so that one machine
+// measures and tests every path.
+cpu_kernels detect_kernels() {
+#ifdef QT_X86
+    const std::string & features = cpu_backend_loaded().features;
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c") && has_feature(features, "AVX2") && has_feature(features, "FMA");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                        has_feature(features, "AVX512");
+    return avx512 ? cpu_kernels::avx512 : avx2 ? cpu_kernels::avx2 : cpu_kernels::generic;
+#else
+    return cpu_kernels::generic;
 #endif
 }
+
+std::atomic<int> g_forced_kernels{ -1 };
 
 // Row range [first, last) of n rows for thread ith of nth.
 void split_rows(int64_t n, int ith, int nth, int64_t * first, int64_t * last) {
@@ -32,11 +59,9 @@ void split_rows(int64_t n, int ith, int nth, int64_t * first, int64_t * last) {
 
 #ifdef QT_X86
 
-constexpr int k_mr = 6;    // output frames per register tile
-constexpr int k_nr = 16;   // output channels per register tile (two 8-float vectors)
-constexpr int k_kc = 256;  // depth of a packed weight panel (16 KiB)
-constexpr int k_tc = 96;   // output frames per work item (its tiles stay in L1)
-constexpr int k_group_panels = 8;  // panels of one work item (128 outputs)
+constexpr int k_kc = 256;            // depth of a packed weight panel
+constexpr int k_tc = 96;             // output frames per work item (its tiles stay in L1)
+constexpr int k_group_outputs = 128; // outputs of one work item
 // Fewest frames for which converting weights while packing beats ggml's own products: f16
 // converts at 8 values per instruction; q8_0 costs more, and ggml's integer dot products win a
 // 9-position talker prefill (150-178 against 166-224 ms, measured side by side).
@@ -44,8 +69,10 @@ constexpr int k_min_frames_f16 = 8;
 constexpr int k_min_frames_q8_0 = 32;
 
 // y[i][0..nv) += x[i] . wp over kc for MR frames; x rows at stride ldx, wp packed [kc][16].
+// 6 x 16 outputs: 12 of the 16 ymm registers hold the sums.
 template <int MR>
-QT_AVX2 inline void gemm_tile(int kc, const float * x, size_t ldx, const float * wp, float * y, size_t ldy, int nv) {
+QT_AVX2 inline void tile_avx2(int kc, const float * x, size_t ldx, const float * wp, float * y, size_t ldy, int nv) {
+    constexpr int nr = 16;
     __m256 c0[MR], c1[MR];
 #    pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
@@ -53,8 +80,8 @@ QT_AVX2 inline void gemm_tile(int kc, const float * x, size_t ldx, const float *
         c1[i] = _mm256_setzero_ps();
     }
     for (int k = 0; k < kc; ++k) {
-        const __m256 w0 = _mm256_load_ps(wp + k * k_nr);
-        const __m256 w1 = _mm256_load_ps(wp + k * k_nr + 8);
+        const __m256 w0 = _mm256_load_ps(wp + k * nr);
+        const __m256 w1 = _mm256_load_ps(wp + k * nr + 8);
 #    pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
             const __m256 xb = _mm256_broadcast_ss(x + i * ldx + k);
@@ -65,11 +92,11 @@ QT_AVX2 inline void gemm_tile(int kc, const float * x, size_t ldx, const float *
 #    pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
         float * yr = y + i * ldy;
-        if (nv == k_nr) {
+        if (nv == nr) {
             _mm256_storeu_ps(yr, _mm256_add_ps(_mm256_loadu_ps(yr), c0[i]));
             _mm256_storeu_ps(yr + 8, _mm256_add_ps(_mm256_loadu_ps(yr + 8), c1[i]));
         } else {
-            alignas(32) float tmp[k_nr];
+            alignas(32) float tmp[nr];
             _mm256_store_ps(tmp, c0[i]);
             _mm256_store_ps(tmp + 8, c1[i]);
             for (int j = 0; j < nv; ++j) {
@@ -79,9 +106,42 @@ QT_AVX2 inline void gemm_tile(int kc, const float * x, size_t ldx, const float *
     }
 }
 
+// The same for 12 frames x 32 outputs, wp packed [kc][32]: 24 of the 32 zmm registers hold the
+// sums, so each weight load serves twice the frames. Each output sums in the same order as the
+// AVX2 tile, so both give the same bits.
+template <int MR>
+QT_AVX512 inline void tile_avx512(int kc, const float * x, size_t ldx, const float * wp, float * y, size_t ldy,
+                                  int nv) {
+    constexpr int nr = 32;
+    __m512 c0[MR], c1[MR];
+#    pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+        c0[i] = _mm512_setzero_ps();
+        c1[i] = _mm512_setzero_ps();
+    }
+    for (int k = 0; k < kc; ++k) {
+        const __m512 w0 = _mm512_load_ps(wp + k * nr);
+        const __m512 w1 = _mm512_load_ps(wp + k * nr + 16);
+#    pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+            const __m512 xb = _mm512_set1_ps(x[i * ldx + k]);
+            c0[i] = _mm512_fmadd_ps(xb, w0, c0[i]);
+            c1[i] = _mm512_fmadd_ps(xb, w1, c1[i]);
+        }
+    }
+    const __mmask16 m0 = nv >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nv) - 1);
+    const __mmask16 m1 = nv >= 32 ? __mmask16(0xFFFF) : nv > 16 ? __mmask16((1u << (nv - 16)) - 1) : __mmask16(0);
+#    pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+        float * yr = y + i * ldy;
+        _mm512_mask_storeu_ps(yr, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, yr), c0[i]));
+        _mm512_mask_storeu_ps(yr + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, yr + 16), c1[i]));
+    }
+}
+
 // Elements [k0, k0 + n) of a weight row as f32: the row itself for f32, else converted into
 // `buf` (f16 by F16C, q8_0 block by block). k0 is a multiple of the block size.
-QT_AVX2 inline const float * weight_row(ggml_type type, const char * row, int64_t k0, int n, float * buf) {
+QT_AVX2 const float * weight_row(ggml_type type, const char * row, int64_t k0, int n, float * buf) {
     if (type == GGML_TYPE_F32) {
         return reinterpret_cast<const float *>(row) + k0;
     }
@@ -116,14 +176,15 @@ QT_AVX2 inline const float * weight_row(ggml_type type, const char * row, int64_
     return buf;
 }
 
-alignas(32) const float k_zero_row[k_kc] = {};
+alignas(64) const float k_zero_row[k_kc] = {};
 
-// wp[k][j] = rows[j][k] for k < kc, j < 16: 8 x 8 blocks transposed in registers (a scalar
+// wp[k][j] = rows[j][k] for k < kc, j < NR: 8 x 8 blocks transposed in registers (a scalar
 // scatter of the panel costs as much as the products when a panel serves only a few frames).
-QT_AVX2 inline void pack_panel(const float * const rows[k_nr], int kc, float * wp) {
+template <int NR>
+QT_AVX2 void pack_panel(const float * const rows[NR], int kc, float * wp) {
     int k = 0;
     for (; k + 8 <= kc; k += 8) {
-        for (int jb = 0; jb < k_nr; jb += 8) {
+        for (int jb = 0; jb < NR; jb += 8) {
             __m256 r[8];
             for (int i = 0; i < 8; ++i) {
                 r[i] = _mm256_loadu_ps(rows[jb + i] + k);
@@ -136,23 +197,65 @@ QT_AVX2 inline void pack_panel(const float * const rows[k_nr], int kc, float * w
             const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
             const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
             const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-            float * out = wp + k * k_nr + jb;
-            _mm256_store_ps(out + 0 * k_nr, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_store_ps(out + 1 * k_nr, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_store_ps(out + 2 * k_nr, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_store_ps(out + 3 * k_nr, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_store_ps(out + 4 * k_nr, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_store_ps(out + 5 * k_nr, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_store_ps(out + 6 * k_nr, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_store_ps(out + 7 * k_nr, _mm256_permute2f128_ps(u3, u7, 0x31));
+            float * out = wp + k * NR + jb;
+            _mm256_store_ps(out + 0 * NR, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_store_ps(out + 1 * NR, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_store_ps(out + 2 * NR, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_store_ps(out + 3 * NR, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_store_ps(out + 4 * NR, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_store_ps(out + 5 * NR, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_store_ps(out + 6 * NR, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_store_ps(out + 7 * NR, _mm256_permute2f128_ps(u3, u7, 0x31));
         }
     }
     for (; k < kc; ++k) {
-        for (int j = 0; j < k_nr; ++j) {
-            wp[k * k_nr + j] = rows[j][k];
+        for (int j = 0; j < NR; ++j) {
+            wp[k * NR + j] = rows[j][k];
         }
     }
 }
+
+// The register tiles of one instruction set: `run` multiplies a block of up to `mr` frames
+// by a panel of `nr` outputs.
+struct avx2_tiles {
+    static constexpr int nr = 16;
+    static constexpr int mr = 6;
+
+    QT_AVX2 static void run(int frames, int kc, const float * x, size_t ldx, const float * wp, float * y, size_t ldy,
+                            int nv) {
+        switch (frames) {
+            case 6: tile_avx2<6>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 5: tile_avx2<5>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 4: tile_avx2<4>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 3: tile_avx2<3>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 2: tile_avx2<2>(kc, x, ldx, wp, y, ldy, nv); break;
+            default: tile_avx2<1>(kc, x, ldx, wp, y, ldy, nv); break;
+        }
+    }
+};
+
+struct avx512_tiles {
+    static constexpr int nr = 32;
+    static constexpr int mr = 12;
+
+    QT_AVX512 static void run(int frames, int kc, const float * x, size_t ldx, const float * wp, float * y,
+                              size_t ldy, int nv) {
+        switch (frames) {
+            case 12: tile_avx512<12>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 11: tile_avx512<11>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 10: tile_avx512<10>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 9: tile_avx512<9>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 8: tile_avx512<8>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 7: tile_avx512<7>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 6: tile_avx512<6>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 5: tile_avx512<5>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 4: tile_avx512<4>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 3: tile_avx512<3>(kc, x, ldx, wp, y, ldy, nv); break;
+            case 2: tile_avx512<2>(kc, x, ldx, wp, y, ldy, nv); break;
+            default: tile_avx512<1>(kc, x, ldx, wp, y, ldy, nv); break;
+        }
+    }
+};
 
 // y (N, T, B) = W^T x (+ b) (+ r) per batch: x (K, T, B) with rows at any stride (overlapping
 // sliding windows included), W (K, N, Bw) f32 with B % Bw == 0 (batch i uses W batch
@@ -167,7 +270,9 @@ struct gemm_args {
     ggml_tensor *       y;
 };
 
-QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
+template <class Tiles>
+void gemm_run(const gemm_args & g, int ith, int nth) {
+    constexpr int nr = Tiles::nr;
     const int64_t K = g.x->ne[0];
     const int64_t T = g.x->ne[1];
     const int64_t B = g.x->ne[2];
@@ -177,25 +282,25 @@ QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
     const size_t  ldy = size_t(N);
     const bool    in_place = g.r && g.r->data == g.y->data;
 
-    const int64_t n_panels = (N + k_nr - 1) / k_nr;
+    const int64_t n_panels = (N + nr - 1) / nr;
     const int64_t n_chunks = (T + k_tc - 1) / k_tc;
     // A work item is a block of frames times a group of panels; its depth loop packs each
     // panel in turn against the same x block, which then stays in L2 (one panel per item would
     // read the whole x block from L3 once per panel). Groups shrink until every thread gets a
     // few items.
-    const int64_t per_group =
-        std::max<int64_t>(1, std::min<int64_t>(k_group_panels, B * n_chunks * n_panels / (4 * int64_t(nth))));
+    const int64_t per_group = std::max<int64_t>(
+        1, std::min<int64_t>(k_group_outputs / nr, B * n_chunks * n_panels / (4 * int64_t(nth))));
     const int64_t n_groups = (n_panels + per_group - 1) / per_group;
     int64_t       first = 0, last = 0;
     split_rows(B * n_chunks * n_groups, ith, nth, &first, &last);
-    alignas(32) float wp[k_kc * k_nr];
-    alignas(32) float row_buf[k_nr * k_kc];
+    alignas(64) float wp[k_kc * nr];
+    alignas(64) float row_buf[nr * k_kc];
     for (int64_t item = first; item < last; ++item) {
         const int64_t bi = item / (n_chunks * n_groups);
         const int64_t t0 = (item / n_groups % n_chunks) * k_tc;
         const int64_t t1 = std::min(T, t0 + k_tc);
-        const int64_t g0 = (item % n_groups) * per_group * k_nr;              // first output of the group
-        const int64_t g1 = std::min(N, g0 + per_group * k_nr);
+        const int64_t g0 = (item % n_groups) * per_group * nr;  // first output of the group
+        const int64_t g1 = std::min(N, g0 + per_group * nr);
         const float * xd = reinterpret_cast<const float *>(static_cast<const char *>(g.x->data) + bi * g.x->nb[2]);
         float *       yd = reinterpret_cast<float *>(static_cast<char *>(g.y->data) + bi * g.y->nb[2]);
         const float * rd = g.r ? reinterpret_cast<const float *>(static_cast<const char *>(g.r->data) + bi * g.r->nb[2])
@@ -221,10 +326,10 @@ QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
         }
         for (int64_t kb = 0; kb < K; kb += k_kc) {
             const int kc = int(std::min<int64_t>(k_kc, K - kb));
-            for (int64_t o0 = g0; o0 < g1; o0 += k_nr) {
-                const int     nv = int(std::min<int64_t>(k_nr, N - o0));
-                const float * rows[k_nr];
-                for (int j = 0; j < k_nr; ++j) {
+            for (int64_t o0 = g0; o0 < g1; o0 += nr) {
+                const int     nv = int(std::min<int64_t>(nr, N - o0));
+                const float * rows[nr];
+                for (int j = 0; j < nr; ++j) {
                     rows[j] = k_zero_row;
                     if (j < nv) {
                         const char * row = static_cast<const char *>(g.w->data) + bi / group * g.w->nb[2] +
@@ -232,18 +337,10 @@ QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
                         rows[j] = weight_row(g.w->type, row, kb, kc, row_buf + j * k_kc);
                     }
                 }
-                pack_panel(rows, kc, wp);
-                for (int64_t t = t0; t < t1; t += k_mr) {
-                    const float * xt = xd + t * ldx + kb;
-                    float *       yt = yd + t * ldy + o0;
-                    switch (std::min<int64_t>(k_mr, t1 - t)) {
-                        case 6: gemm_tile<6>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                        case 5: gemm_tile<5>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                        case 4: gemm_tile<4>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                        case 3: gemm_tile<3>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                        case 2: gemm_tile<2>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                        default: gemm_tile<1>(kc, xt, ldx, wp, yt, ldy, nv); break;
-                    }
+                pack_panel<nr>(rows, kc, wp);
+                for (int64_t t = t0; t < t1; t += Tiles::mr) {
+                    Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, wp,
+                               yd + t * ldy + o0, ldy, nv);
                 }
             }
         }
@@ -251,13 +348,13 @@ QT_AVX2 void gemm_run(const gemm_args & g, int ith, int nth) {
 }
 
 // ggml_custom_4d: src = { x, w, b, r }
-void gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
-    gemm_run({ dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst }, ith, nth);
+template <class Tiles> void gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
+    gemm_run<Tiles>({ dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst }, ith, nth);
 }
 
 // ggml_custom_inplace on r: src = { r, x, w, b }
-void gemm_acc_op(ggml_tensor * dst, int ith, int nth, void *) {
-    gemm_run({ dst->src[1], dst->src[2], dst->src[3], dst->src[0], dst }, ith, nth);
+template <class Tiles> void gemm_acc_op(ggml_tensor * dst, int ith, int nth, void *) {
+    gemm_run<Tiles>({ dst->src[1], dst->src[2], dst->src[3], dst->src[0], dst }, ith, nth);
 }
 
 // expm1 for x <= 0, 8 lanes: x = n ln2 + r, |r| <= ln2 / 2, expm1(x) = 2^n expm1(r) + 2^n - 1
@@ -282,6 +379,33 @@ QT_AVX2 inline __m256 expm1_neg(__m256 x) {
     return _mm256_fmadd_ps(scale, p, _mm256_sub_ps(scale, _mm256_set1_ps(1.0f)));
 }
 
+// The same arithmetic on 16 lanes (same bits per element).
+QT_AVX512 inline __m512 expm1_neg(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 40320.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 5040.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_mul_ps(p, r);
+    const __m512 scale = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+    return _mm512_fmadd_ps(scale, p, _mm512_sub_ps(scale, _mm512_set1_ps(1.0f)));
+}
+
+void elu_row_generic(const float * x, float * y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        y[i] = x[i] > 0.0f ? x[i] : std::expm1(x[i]);
+    }
+}
+
 QT_AVX2 void elu_row_avx2(const float * x, float * y, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -289,8 +413,16 @@ QT_AVX2 void elu_row_avx2(const float * x, float * y, int64_t n) {
         const __m256 neg = expm1_neg(_mm256_min_ps(v, _mm256_setzero_ps()));
         _mm256_storeu_ps(y + i, _mm256_blendv_ps(neg, v, _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ)));
     }
-    for (; i < n; ++i) {
-        y[i] = x[i] > 0.0f ? x[i] : std::expm1(x[i]);
+    elu_row_generic(x + i, y + i, n - i);
+}
+
+QT_AVX512 void elu_row_avx512(const float * x, float * y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+        const __m512    v = _mm512_maskz_loadu_ps(m, x + i);
+        const __m512    neg = expm1_neg(_mm512_min_ps(v, _mm512_setzero_ps()));
+        _mm512_mask_storeu_ps(y + i, m,
+                              _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), neg, v));
     }
 }
 
@@ -321,6 +453,26 @@ QT_AVX2 inline __m256 sin_sq(__m256 x, __m256 a) {
     return _mm256_blendv_ps(s, _mm256_sub_ps(_mm256_set1_ps(1.0f), s), odd);
 }
 
+// The same arithmetic on 16 lanes (same bits per element).
+QT_AVX512 inline __m512 sin_sq(__m512 x, __m512 a) {
+    const __m512 hi = _mm512_mul_ps(x, a);
+    const __m512 lo = _mm512_fmsub_ps(x, a, hi);
+    const __m512 shifter = _mm512_set1_ps(12582912.0f);
+    const __m512 kb = _mm512_fmadd_ps(hi, _mm512_set1_ps(0.636619746685028076f), shifter);
+    const __m512 k = _mm512_sub_ps(kb, shifter);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.57079637050628662f), hi);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-4.37113882867379300e-8f), r);
+    r = _mm512_add_ps(r, lo);
+    const __m512 u = _mm512_mul_ps(r, r);
+    __m512 p = _mm512_set1_ps(1.34077577968128026e-4f);
+    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(-3.17042926326394081e-3f));
+    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(4.44434061646461487e-2f));
+    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(-3.33333253860473633e-1f));
+    const __m512    s = _mm512_fmadd_ps(_mm512_mul_ps(p, u), u, u);
+    const __mmask16 odd = _mm512_test_epi32_mask(_mm512_castps_si512(kb), _mm512_set1_epi32(1));
+    return _mm512_mask_blend_ps(odd, s, _mm512_sub_ps(_mm512_set1_ps(1.0f), s));
+}
+
 QT_AVX2 void snake_beta_row_avx2(const float * x, const float * alpha, const float * inv_beta, float * y, int64_t n) {
     int64_t c = 0;
     for (; c + 8 <= n; c += 8) {
@@ -339,25 +491,46 @@ QT_AVX2 void snake_beta_row_avx2(const float * x, const float * alpha, const flo
     }
 }
 
+QT_AVX512 void snake_beta_row_avx512(const float * x, const float * alpha, const float * inv_beta, float * y,
+                                     int64_t n) {
+    for (int64_t c = 0; c < n; c += 16) {
+        const __mmask16 m = n - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c)) - 1);
+        const __m512    v = _mm512_maskz_loadu_ps(m, x + c);
+        const __m512    s = sin_sq(v, _mm512_maskz_loadu_ps(m, alpha + c));
+        _mm512_mask_storeu_ps(y + c, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, inv_beta + c), s, v));
+    }
+}
+
+using snake_row_fn = void (*)(const float *, const float *, const float *, float *, int64_t);
+
 // dst (C, T) = SnakeBeta of src[0] (C, T), rows at any stride, with src[1] = alpha (C) and
 // src[2] = inv_beta (C).
-void snake_beta_op(ggml_tensor * dst, int ith, int nth, void *) {
+template <snake_row_fn Row> void snake_beta_op(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor * x = dst->src[0];
     const float *       alpha = static_cast<const float *>(dst->src[1]->data);
     const float *       inv_beta = static_cast<const float *>(dst->src[2]->data);
     int64_t             first = 0, last = 0;
     split_rows(dst->ne[1], ith, nth, &first, &last);
     for (int64_t t = first; t < last; ++t) {
-        snake_beta_row_avx2(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[1]), alpha,
-                            inv_beta, reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]),
-                            x->ne[0]);
+        Row(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[1]), alpha, inv_beta,
+            reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]), x->ne[0]);
+    }
+}
+
+#else
+
+void elu_row_generic(const float * x, float * y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        y[i] = x[i] > 0.0f ? x[i] : std::expm1(x[i]);
     }
 }
 
 #endif  // QT_X86
 
+using elu_row_fn = void (*)(const float *, float *, int64_t);
+
 // dst (C, left + T + right) = zero-padded ELU of src[0] (C, T); userdata = left.
-void elu_pad_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+template <elu_row_fn Row> void elu_pad_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * x = dst->src[0];
     const int64_t       C = x->ne[0];
     const int64_t       T = x->ne[1];
@@ -371,16 +544,7 @@ void elu_pad_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
             memset(y, 0, size_t(C) * sizeof(float));
             continue;
         }
-        const float * xr = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + src * x->nb[1]);
-#ifdef QT_X86
-        if (use_avx2()) {
-            elu_row_avx2(xr, y, C);
-            continue;
-        }
-#endif
-        for (int64_t c = 0; c < C; ++c) {
-            y[c] = xr[c] > 0.0f ? xr[c] : std::expm1(xr[c]);
-        }
+        Row(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + src * x->nb[1]), y, C);
     }
 }
 
@@ -422,9 +586,17 @@ ggml_tensor * pad_frames(ggml_context * ctx, ggml_tensor * x, int64_t left, int6
 
 ggml_tensor * elu_pad(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right) {
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1);
+    ggml_custom_op_t op = elu_pad_op<elu_row_generic>;
+#ifdef QT_X86
+    switch (cpu_kernels_active()) {
+        case cpu_kernels::avx512: op = elu_pad_op<elu_row_avx512>; break;
+        case cpu_kernels::avx2: op = elu_pad_op<elu_row_avx2>; break;
+        case cpu_kernels::generic: break;
+    }
+#endif
     ggml_tensor * args[] = { x };
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], left + x->ne[1] + right, 1, 1, args, 1, elu_pad_op,
-                          GGML_N_TASKS_MAX, reinterpret_cast<void *>(intptr_t(left)));
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], left + x->ne[1] + right, 1, 1, args, 1, op, GGML_N_TASKS_MAX,
+                          reinterpret_cast<void *>(intptr_t(left)));
 }
 
 ggml_tensor * snake_beta(ggml_context * ctx, ggml_tensor * x, ggml_tensor * alpha, ggml_tensor * inv_beta) {
@@ -434,10 +606,13 @@ ggml_tensor * snake_beta(ggml_context * ctx, ggml_tensor * x, ggml_tensor * alph
                     ggml_nelements(p) == x->ne[0]);
     }
 #ifdef QT_X86
-    if (use_avx2()) {
+    const cpu_kernels kernels = cpu_kernels_active();
+    if (kernels != cpu_kernels::generic) {
         ggml_tensor * args[] = { x, alpha, inv_beta };
-        return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], x->ne[1], 1, 1, args, 3, snake_beta_op, GGML_N_TASKS_MAX,
-                              nullptr);
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], x->ne[1], 1, 1, args, 3,
+                              kernels == cpu_kernels::avx512 ? snake_beta_op<snake_beta_row_avx512>
+                                                             : snake_beta_op<snake_beta_row_avx2>,
+                              GGML_N_TASKS_MAX, nullptr);
     }
 #endif
     ggml_tensor * s = ggml_sqr(ctx, ggml_sin(ctx, ggml_mul(ctx, x, alpha)));
@@ -452,18 +627,21 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
     // f16 and q8_0 weights are converted while packing, which pays off once a panel serves a
     // few frames; a matrix-vector product is bound by reading the weights, where ggml's
     // quantized dot products read less.
+    const cpu_kernels kernels = cpu_kernels_active();
     const bool packable = w->type == GGML_TYPE_F32 || (w->type == GGML_TYPE_F16 && x->ne[1] >= k_min_frames_f16) ||
                           (w->type == GGML_TYPE_Q8_0 && x->ne[1] >= k_min_frames_q8_0);
-    if (use_avx2() && packable && x->type == GGML_TYPE_F32 && w->nb[0] == ggml_type_size(w->type) &&
-        x->nb[0] == sizeof(float) && (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b))) &&
-        (!r || ggml_is_contiguous(r))) {
+    if (kernels != cpu_kernels::generic && packable && x->type == GGML_TYPE_F32 &&
+        w->nb[0] == ggml_type_size(w->type) && x->nb[0] == sizeof(float) &&
+        (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b))) && (!r || ggml_is_contiguous(r))) {
+        const bool avx512 = kernels == cpu_kernels::avx512;
         if (r && r_in_place) {
             ggml_tensor * args[] = { x, w, b };
-            return ggml_custom_inplace(ctx, r, args, 3, gemm_acc_op, GGML_N_TASKS_MAX, nullptr);
+            return ggml_custom_inplace(ctx, r, args, 3, avx512 ? gemm_acc_op<avx512_tiles> : gemm_acc_op<avx2_tiles>,
+                                       GGML_N_TASKS_MAX, nullptr);
         }
         ggml_tensor * args[] = { x, w, b, r };
-        return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 4, gemm_op, GGML_N_TASKS_MAX,
-                              nullptr);
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 4,
+                              avx512 ? gemm_op<avx512_tiles> : gemm_op<avx2_tiles>, GGML_N_TASKS_MAX, nullptr);
     }
 #endif
     ggml_tensor * y = ggml_mul_mat(ctx, w, x);
@@ -471,6 +649,32 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
         y = ggml_add(ctx, y, b);
     }
     return r ? ggml_add(ctx, y, r) : y;
+}
+
+cpu_kernels cpu_kernels_best() {
+    static const cpu_kernels best = detect_kernels();
+    return best;
+}
+
+cpu_kernels cpu_kernels_active() {
+    const int forced = g_forced_kernels.load();
+    return forced >= 0 ? cpu_kernels(forced) : cpu_kernels_best();
+}
+
+void cpu_kernels_force(cpu_kernels kernels) {
+    GGML_ASSERT(kernels <= cpu_kernels_best());
+    g_forced_kernels.store(int(kernels));
+}
+
+void cpu_kernels_unforce() { g_forced_kernels.store(-1); }
+
+const char * cpu_kernels_name(cpu_kernels kernels) {
+    switch (kernels) {
+        case cpu_kernels::avx512: return "avx512";
+        case cpu_kernels::avx2: return "avx2";
+        case cpu_kernels::generic: break;
+    }
+    return "generic";
 }
 
 } // namespace qt

@@ -1,13 +1,13 @@
 // Fused f32 kernels as ggml custom ops.
 //
-// The libggml-python wheel computes f32 matrix products with one dot product per output (it
-// is built without llamafile's sgemm): about 25-30 GFLOP/s on two Zen 2 cores, where the FPU
-// allows ~150. The convolutions of the speaker encoder and the codec run over hundreds to
-// thousands of frames and are all matrix products, so they use a packed, register-tiled AVX2
-// GEMM here (about 80 GFLOP/s per thread), with bias and residual folded in, an AVX2 ELU
-// fused with zero padding, and the codec's SnakeBeta activation with a vectorised sine (it
-// runs on ~35 M elements per second of audio). Without AVX2/FMA (checked at run time) plain
-// ggml ops are used.
+// ggml computes f32 matrix products with one dot product per output: about 25-30 GFLOP/s on
+// two Zen 2 cores, where the FPU allows ~150. The convolutions of the speaker encoder and the
+// codec run over hundreds to thousands of frames and are all matrix products, so they use a
+// packed, register-tiled GEMM here, with bias and residual folded in, an ELU fused with zero
+// padding, and the codec's SnakeBeta activation with a vectorised sine (it runs on ~35 M
+// elements per second of audio). Each has an AVX2/FMA and an AVX512 path, chosen when a graph
+// is built (cpu_kernels_active()); both give the same bits. Without AVX2/FMA, plain ggml ops
+// (and a scalar ELU) are used.
 #pragma once
 
 #include "ggml.h"
@@ -15,6 +15,20 @@
 #include <cstdint>
 
 namespace qt {
+
+// The instruction sets of the kernels here, lowest first.
+enum class cpu_kernels { generic, avx2, avx512 };
+
+// The best kernels that both the processor and the loaded ggml CPU variant support (a variant
+// forced by VOCABLE_CPU_VARIANT lowers them too).
+cpu_kernels cpu_kernels_best();
+// What graphs built from now on use: the best, or what cpu_kernels_force() set.
+cpu_kernels cpu_kernels_active();
+// For tests and measurements: build graphs with `kernels` (at most cpu_kernels_best()) until
+// cpu_kernels_unforce(). Process-wide.
+void        cpu_kernels_force(cpu_kernels kernels);
+void        cpu_kernels_unforce();
+const char * cpu_kernels_name(cpu_kernels kernels);
 
 // y (N, T, B) = W^T x (+ b) (+ r) for x = (K, T, B) with rows at any stride (overlapping
 // sliding windows included) and W = (K, N, Bw) with rows at any stride, B % Bw == 0 (batch i
@@ -35,7 +49,7 @@ ggml_tensor * pad_frames(ggml_context * ctx, ggml_tensor * x, int64_t left, int6
 
 // SnakeBeta of x = (C, T) (rows may be strided): y = x + inv_beta[c] * sin^2(alpha[c] * x), with
 // the per-channel alpha = exp(alpha_param) and inv_beta = 1 / (exp(beta_param) + 1e-9)
-// precomputed, both f32 (C). Output contiguous (C, T). The AVX2 path takes the sine of the exact
+// precomputed, both f32 (C). Output contiguous (C, T). The vector paths take the sine of the exact
 // product alpha * x (not of its float rounding); sin^2 is within ~1.5e-7 of the exact value for
 // |alpha * x| up to 1e6 (beyond that the range reduction degrades). The fallback is ggml's sin of
 // the rounded product, as PyTorch computes it in f32.

@@ -108,6 +108,8 @@ public:
     ggml_tensor * input_i32(const char * name, const int32_t * data, std::vector<int64_t> ne) {
         return input(name, GGML_TYPE_I32, data, std::move(ne));
     }
+    // Any type: `data` holds ggml_nbytes of the tensor (f16 or quantised rows, say).
+    ggml_tensor * input(const char * name, ggml_type type, const void * data, std::vector<int64_t> ne);
 
     // Names a stage output and keeps it for the dump when dumping is enabled.
     ggml_tensor * stage(ggml_tensor * t, const std::string & name);
@@ -122,8 +124,6 @@ public:
     std::vector<int32_t> read_i32(const ggml_tensor * t) const;
 
 private:
-    ggml_tensor * input(const char * name, ggml_type type, const void * data, std::vector<int64_t> ne);
-
     struct pending_input {
         ggml_tensor *        tensor;
         std::vector<uint8_t> bytes;

@@ -4,6 +4,7 @@
 #include "backend-loader.h"
 #include "codec-decoder.h"
 #include "codec-encoder.h"
+#include "cpu-ops.h"
 #include "gguf-names.h"
 #include "graph.h"
 #include "log.h"
@@ -130,7 +131,7 @@ const char * qt_system_info(void) {
     static std::string text;
     std::lock_guard<std::mutex> lock(mutex);
     try {
-        text = qt::cpu_backend_loaded().describe();
+        text = qt::cpu_backend_loaded().describe(qt::cpu_kernels_name(qt::cpu_kernels_best()));
     } catch (const std::exception & e) {
         text = std::string("no CPU backend: ") + e.what();
     }

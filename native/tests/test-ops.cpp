@@ -1,4 +1,5 @@
 // Op-level checks of the shared building blocks against naive reference loops.
+#include "cpu-ops.h"
 #include "graph.h"
 #include "log.h"
 #include "test-check.h"
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -237,7 +239,14 @@ void test_snake_beta(const qt::cpu_backend & backend, int64_t C, int64_t T, int6
     double worst = 0.0, worst_ratio = 0.0;
     for (size_t i = 0; i < got.size(); ++i) {
         const double err = std::fabs(double(got[i]) - want[i]);
-        const double tol = std::ldexp(std::fabs(want[i]), -24) + in.inv_beta[i % size_t(C)] * 2.5e-7;
+        const size_t c = i % size_t(C);
+        double tol = std::ldexp(std::fabs(want[i]), -24) + in.inv_beta[c] * 2.5e-7;
+        if (qt::cpu_kernels_active() == qt::cpu_kernels::generic) {
+            // ggml's sine of the float product alpha * x, whose rounding (up to 2^-24 |alpha x|)
+            // moves sin^2 by as much, then two more roundings (the product and the sum)
+            tol += std::ldexp(std::fabs(want[i]), -24) +
+                   in.inv_beta[c] * std::ldexp(std::fabs(double(in.x[i]) * in.alpha[c]), -23);
+        }
         worst = std::max(worst, err);
         worst_ratio = std::max(worst_ratio, err / tol);
     }
@@ -269,6 +278,142 @@ void test_snake_beta_sine(const qt::cpu_backend & backend) {
         worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / 65536.0);
     }
     check(worst <= 2e-7, "snake_beta sin^2 for |alpha x| <= 1e4: max abs error %.2g, tolerance 2e-7", worst);
+}
+
+// One dense() product (K, T) x (K, N) with bias and residual, in place or not, with weights of
+// `type` (f32, f16, q8_0: converted from `w`), built with the kernels active now.
+std::vector<float> dense_product(const qt::cpu_backend & backend, ggml_type type, const std::vector<float> & x,
+                                 const std::vector<float> & w, const std::vector<float> & b,
+                                 const std::vector<float> & r, int64_t K, int64_t T, int64_t N, bool in_place) {
+    std::vector<uint8_t> wq(ggml_row_size(type, K) * size_t(N));
+    if (type == GGML_TYPE_F32) {
+        memcpy(wq.data(), w.data(), wq.size());
+    } else {
+        ggml_quantize_chunk(type, w.data(), wq.data(), 0, N, K, nullptr);
+    }
+    qt::stage_dumper no_dump;
+    qt::graph_run run(backend, no_dump, 64);
+    ggml_tensor * y = qt::dense(run.ctx(), run.input("w", type, wq.data(), { K, N }),
+                                run.input_f32("x", x.data(), { K, T }), run.input_f32("b", b.data(), { N }),
+                                run.input_f32("r", r.data(), { N, T }), in_place);
+    run.compute(y);
+    return run.read_f32(y);
+}
+
+// Every kernel path of dense() against ggml's own product (the generic path), on shapes that
+// leave partial tiles in every direction (K past one 256-deep panel and not a multiple of 8,
+// frames not a multiple of 6 or 12, outputs not a multiple of 16 or 32), for each weight type
+// the GEMM converts. The vector paths sum in the same order, so they must agree to the bit.
+void test_dense_paths(const qt::cpu_backend & backend) {
+    struct shape {
+        int64_t K, T, N;
+    };
+    for (ggml_type type : { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0 }) {
+        for (shape sh : { shape{ 300, 37, 21 }, shape{ 64, 150, 70 }, shape{ 544, 13, 33 }, shape{ 96, 300, 96 } }) {
+            if (type == GGML_TYPE_Q8_0) {
+                sh.K = (sh.K + 31) / 32 * 32;  // whole q8_0 blocks
+            } else if (sh.K % 8 == 0) {
+                sh.K += 3;  // a depth that ends in a partial vector
+            }
+            std::mt19937 rng(uint32_t(sh.K * 7 + sh.T * 3 + sh.N + type));
+            const auto x = random_vector(size_t(sh.K * sh.T), rng);
+            const auto w = random_vector(size_t(sh.K * sh.N), rng);
+            const auto b = random_vector(size_t(sh.N), rng);
+            const auto r = random_vector(size_t(sh.N * sh.T), rng);
+            // ggml's f16 and q8_0 products round x to the weights' type first (the GEMM keeps
+            // x in f32), which moves output (t, n) by at most sum_k |w[n][k]| times x's rounding
+            // error; both sum in f32 besides
+            std::vector<float> w_used(w.size());
+            std::vector<uint8_t> wq(ggml_row_size(type, sh.K) * size_t(sh.N));
+            ggml_quantize_chunk(type, w.data(), wq.data(), 0, sh.N, sh.K, nullptr);
+            if (type == GGML_TYPE_F32) {
+                w_used = w;
+            } else {
+                ggml_get_type_traits(type)->to_float(wq.data(), w_used.data(), sh.K * sh.N);
+            }
+            std::vector<double> tolerance(size_t(sh.N * sh.T));
+            for (int64_t t = 0; t < sh.T; ++t) {
+                for (int64_t n = 0; n < sh.N; ++n) {
+                    double bound = 0.0, magnitude = 0.0;
+                    for (int64_t k = 0; k < sh.K; ++k) {
+                        const float xv = x[size_t(t * sh.K + k)];
+                        double x_error = 0.0;
+                        if (type == GGML_TYPE_F16) {
+                            x_error = std::ldexp(std::fabs(xv), -11);
+                        } else if (type == GGML_TYPE_Q8_0) {
+                            float amax = 0.0f;
+                            for (int64_t j = k / 32 * 32; j < k / 32 * 32 + 32; ++j) {
+                                amax = std::max(amax, std::fabs(x[size_t(t * sh.K + j)]));
+                            }
+                            x_error = amax / 254.0 * 1.01;
+                        }
+                        const double wv = std::fabs(w_used[size_t(n * sh.K + k)]);
+                        bound += wv * x_error;
+                        magnitude += wv * std::fabs(xv);
+                    }
+                    tolerance[size_t(t * sh.N + n)] = bound + std::ldexp(magnitude + 10.0, -23) * double(sh.K);
+                }
+            }
+            for (bool in_place : { false, true }) {
+                qt::cpu_kernels_force(qt::cpu_kernels::generic);
+                const std::vector<float> want = dense_product(backend, type, x, w, b, r, sh.K, sh.T, sh.N, in_place);
+                std::vector<float> first_vector_path;
+                for (int level = 1; level <= int(qt::cpu_kernels_best()); ++level) {
+                    const auto kernels = qt::cpu_kernels(level);
+                    qt::cpu_kernels_force(kernels);
+                    const std::vector<float> got = dense_product(backend, type, x, w, b, r, sh.K, sh.T, sh.N, in_place);
+                    char name[128];
+                    snprintf(name, sizeof(name), "dense %s, %s weights, K %lld T %lld N %lld%s vs ggml",
+                             qt::cpu_kernels_name(kernels), ggml_type_name(type), (long long) sh.K, (long long) sh.T,
+                             (long long) sh.N, in_place ? " in place" : "");
+                    double worst = 0.0;
+                    for (size_t i = 0; i < got.size(); ++i) {
+                        worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / tolerance[i]);
+                    }
+                    check(worst <= 1.0, "%s: %.2f of the tolerance", name, worst);
+                    if (first_vector_path.empty()) {
+                        first_vector_path = got;
+                    } else {
+                        check(memcmp(got.data(), first_vector_path.data(), got.size() * sizeof(float)) == 0,
+                              "%s: the same bits as the avx2 path", name);
+                    }
+                }
+            }
+        }
+    }
+    qt::cpu_kernels_unforce();
+}
+
+// ELU fused with zero padding, per kernel path, against std::expm1 (the vector expm1 is
+// within a few ulp), including lengths that leave partial vectors.
+void test_elu_pad(const qt::cpu_backend & backend) {
+    for (int64_t C : { 1, 7, 8, 17, 96 }) {
+        std::mt19937 rng(uint32_t(300 + C));
+        const int64_t T = 9, left = 2, right = 1;
+        auto x = random_vector(size_t(C * T), rng);
+        for (size_t i = 0; i < x.size(); i += 5) {
+            x[i] *= 40.0f;  // far into the saturated range too
+        }
+        std::vector<float> want(size_t(C * (left + T + right)), 0.0f);
+        for (int64_t t = 0; t < T; ++t) {
+            for (int64_t c = 0; c < C; ++c) {
+                const float v = x[size_t(t * C + c)];
+                want[size_t((t + left) * C + c)] = v > 0.0f ? v : std::expm1(v);
+            }
+        }
+        for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
+            qt::cpu_kernels_force(qt::cpu_kernels(level));
+            qt::stage_dumper no_dump;
+            qt::graph_run run(backend, no_dump, 16);
+            ggml_tensor * y = qt::elu_pad(run.ctx(), run.input_f32("x", x.data(), { C, T }), left, right);
+            run.compute(y);
+            char name[96];
+            snprintf(name, sizeof(name), "elu_pad %s C %lld", qt::cpu_kernels_name(qt::cpu_kernels(level)),
+                     (long long) C);
+            expect_close(name, run.read_f32(y), want, 1e-6f);
+        }
+    }
+    qt::cpu_kernels_unforce();
 }
 
 // Informational: ns per element of snake_beta on (96, 24000) (one second of codec audio at its
@@ -328,27 +473,38 @@ void time_snake_scalar() {
 int main() {
     return test::run_or_fail([] {
         qt::cpu_backend backend(2);
-        for (bool extras : { false, true }) {
-            test_conv(backend, 1, 1, 1, extras);
-            test_conv(backend, 1, 2, 1, extras);
-            test_conv(backend, 4, 1, 1, extras);
-            test_conv(backend, 4, 3, 1, extras);
-            test_conv(backend, 3, 1, 3, extras);
-            test_conv(backend, 4, 2, 2, extras);
-        }
-        test_sliding_windows(backend, 1);
-        test_sliding_windows(backend, 3);
-        test_pad(backend, qt::pad_mode::zeros, "pad zeros");
-        test_pad(backend, qt::pad_mode::reflect, "pad reflect");
-        test_pad(backend, qt::pad_mode::replicate, "pad replicate");
-        test_layer_norm(backend);
-        for (int64_t C : { 1, 7, 8, 33, 96, 1536 }) {
-            for (int64_t T : { 1, 5, 300 }) {
-                test_snake_beta(backend, C, T);
+        printf("kernels: %s (best on this CPU and ggml variant)\n", qt::cpu_kernels_name(qt::cpu_kernels_best()));
+        test_dense_paths(backend);
+        test_elu_pad(backend);
+        // the building blocks on every path
+        for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
+            qt::cpu_kernels_force(qt::cpu_kernels(level));
+            printf("-- %s kernels\n", qt::cpu_kernels_name(qt::cpu_kernels(level)));
+            for (bool extras : { false, true }) {
+                test_conv(backend, 1, 1, 1, extras);
+                test_conv(backend, 1, 2, 1, extras);
+                test_conv(backend, 4, 1, 1, extras);
+                test_conv(backend, 4, 3, 1, extras);
+                test_conv(backend, 3, 1, 3, extras);
+                test_conv(backend, 4, 2, 2, extras);
+            }
+            test_sliding_windows(backend, 1);
+            test_sliding_windows(backend, 3);
+            test_pad(backend, qt::pad_mode::zeros, "pad zeros");
+            test_pad(backend, qt::pad_mode::reflect, "pad reflect");
+            test_pad(backend, qt::pad_mode::replicate, "pad replicate");
+            test_layer_norm(backend);
+            for (int64_t C : { 1, 7, 8, 33, 96, 1536 }) {
+                for (int64_t T : { 1, 5, 300 }) {
+                    test_snake_beta(backend, C, T);
+                }
+            }
+            test_snake_beta(backend, 33, 5, 3);
+            if (level != int(qt::cpu_kernels::generic)) {
+                test_snake_beta_sine(backend);  // the vector paths' own sine
             }
         }
-        test_snake_beta(backend, 33, 5, 3);
-        test_snake_beta_sine(backend);
+        qt::cpu_kernels_unforce();
         time_snake_beta(1);
         time_snake_beta(2);
         time_snake_scalar();
