@@ -86,3 +86,113 @@ def test_flipped_header_byte_never_crashes(converted, tmp_path, fraction):
     result = try_load(bad)  # asserts the process did not crash
     if not result["ok"]:
         assert str(bad) in result["error"] or "GGUF" in result["error"], result["error"]
+
+
+# ---- crafted files with valid checksums: what the checksums cannot catch -----------------------
+
+def craft_gguf(src, dst, *, kv: dict | None = None, tensors: dict | None = None, keep_tensors: bool = True):
+    """Rewrites the converted model `src` as `dst` with metadata values replaced (`kv`: key ->
+    (value, GGUFValueType)) and tensors replaced (`tensors`: name -> (numpy data, ggml type)),
+    and a checksum table that matches, as a careful attacker would write it. With
+    `keep_tensors=False` the file has no tensors at all, not even the checksum table."""
+    import gguf
+    import numpy as np
+
+    from vocable.convert import CHECKSUM_TENSOR, _checksum_final, _checksum_update
+
+    kv, tensors = kv or {}, tensors or {}
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dst), arch, use_temp_file=False)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if name in kv:
+            value, vtype = kv.pop(name)
+        else:
+            value, vtype = field.contents(), gguf.GGUFValueType(field.types[0])
+        sub = gguf.GGUFValueType(field.types[-1]) if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, value, vtype, sub_type=sub)
+    for name, (value, vtype) in kv.items():   # new keys
+        writer.add_key_value(name, value, vtype)
+    checksums = []
+    if keep_tensors:
+        for t in reader.tensors:
+            if t.name == CHECKSUM_TENSOR:
+                continue
+            data, qtype = tensors.get(t.name, (np.asarray(t.data), gguf.GGMLQuantizationType(t.tensor_type)))
+            data = np.ascontiguousarray(data)
+            shape = [int(d) for d in reversed(t.shape)]     # numpy order
+            if data.dtype == np.uint8:   # quantised: bytes per row, which the writer maps back
+                writer.add_tensor(t.name, data.reshape(*shape[:-1], -1), raw_dtype=qtype)
+            else:
+                writer.add_tensor(t.name, data.reshape(shape), raw_dtype=qtype)
+            state, carry = [0, 0], bytearray()
+            _checksum_update(state, memoryview(data).cast("B"), carry)
+            checksums.append(_checksum_final(state, carry))
+        writer.add_tensor(CHECKSUM_TENSOR, np.array(checksums, dtype="<u8").view("<i4"))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
+
+
+def test_a_crafted_copy_with_nothing_changed_loads(converted, tmp_path):
+    """The crafting itself keeps a model valid, so the failures below are the changes'."""
+    assert try_load(craft_gguf(converted("0.6b", "q8_0"), tmp_path / "same.gguf")) == {"ok": True}
+
+
+def test_a_model_with_no_tensors_is_refused(converted, tmp_path):
+    result = try_load(craft_gguf(converted("0.6b", "q8_0"), tmp_path / "empty.gguf", keep_tensors=False))
+    assert not result["ok"] and "checksum table is malformed" in result["error"], result
+
+
+def tensor_named(path, name):
+    import gguf
+    return next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == name)
+
+
+# A matrix of the talker, a norm, an embedding and a codec decoder convolution, each given a
+# type it may not have (integer and f64 matrices crashed in mul_mat; a quantised norm aborted).
+@pytest.mark.parametrize("name", ["talker.blk.0.ffn_up.weight", "talker.blk.0.attn_norm.weight",
+                                  "talker.codec_embd.weight", "cdec.dec.1.res2.conv1.weight"])
+@pytest.mark.parametrize("dtype", ["I8", "I16", "I32", "F64", "Q8_0"])
+def test_a_tensor_of_the_wrong_type_is_refused(converted, tmp_path, name, dtype):
+    import gguf
+    import numpy as np
+
+    src = converted("0.6b", "q8_0")
+    try:
+        t = tensor_named(src, name)
+    except StopIteration:
+        pytest.skip(f"the tiny model has no {name}")
+    n = int(np.prod([int(d) for d in t.shape]))
+    qtype = gguf.GGMLQuantizationType[dtype]
+    if qtype == gguf.GGMLQuantizationType.Q8_0:
+        if int(t.shape[0]) % 32:
+            pytest.skip("rows not a multiple of the q8_0 block")
+        data = np.zeros(n // 32 * 34, dtype=np.uint8)
+    else:
+        data = np.ones(n, dtype={"I8": np.int8, "I16": np.int16, "I32": np.int32, "F64": np.float64}[dtype])
+    if qtype == gguf.GGMLQuantizationType(t.tensor_type):
+        pytest.skip("already that type")
+    result = try_load(craft_gguf(src, tmp_path / "typed.gguf", tensors={name: (data, qtype)}))
+    assert not result["ok"], result
+    assert f"tensor '{name}' has type" in result["error"] and "cannot have" in result["error"], result
+
+
+@pytest.mark.parametrize("key, value", [("qwen3-tts.talker.rms_norm_eps", float("nan")),
+                                        ("qwen3-tts.talker.rope_theta", float("inf")),
+                                        ("qwen3-tts.talker.num_hidden_layers", 0),
+                                        ("qwen3-tts.talker.num_attention_heads", 4_000_000_000),
+                                        ("qwen3-tts.codec.pad_id", 999_999)])
+def test_bad_metadata_values_are_refused(converted, tmp_path, key, value):
+    import gguf
+
+    src = converted("0.6b", "q8_0")
+    fields = gguf.GGUFReader(str(src)).fields
+    vtype = gguf.GGUFValueType(fields[key].types[0])
+    result = try_load(craft_gguf(src, tmp_path / "meta.gguf", kv={key: (value, vtype)}))
+    assert not result["ok"], result
+    assert "corrupt" in result["error"] and key in result["error"] or "vocabulary" in result["error"], result

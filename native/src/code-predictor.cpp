@@ -140,18 +140,18 @@ ggml_tensor * sample(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * sam
 // ---- code_predictor --------------------------------------------------------------------------
 
 void code_predictor::load(model_loader & ml, const talker & model) {
-    hp_.hidden = int(ml.get_u32(QT_KEY_CP_HIDDEN));
-    hp_.ffn = int(ml.get_u32(QT_KEY_CP_FFN));
-    hp_.layers = int(ml.get_u32(QT_KEY_CP_LAYERS));
-    hp_.heads = int(ml.get_u32(QT_KEY_CP_HEADS));
-    hp_.kv_heads = int(ml.get_u32(QT_KEY_CP_KV_HEADS));
-    hp_.head_dim = int(ml.get_u32(QT_KEY_CP_HEAD_DIM));
+    hp_.hidden = ml.get_size(QT_KEY_CP_HIDDEN);
+    hp_.ffn = ml.get_size(QT_KEY_CP_FFN);
+    hp_.layers = ml.get_size(QT_KEY_CP_LAYERS);
+    hp_.heads = ml.get_size(QT_KEY_CP_HEADS);
+    hp_.kv_heads = ml.get_size(QT_KEY_CP_KV_HEADS);
+    hp_.head_dim = ml.get_size(QT_KEY_CP_HEAD_DIM);
     hp_.norm_eps = ml.get_f32(QT_KEY_CP_NORM_EPS);
     hp_.rope_theta = ml.get_f32(QT_KEY_CP_ROPE_THETA);
-    hp_.vocab = int(ml.get_u32(QT_KEY_CP_VOCAB));
+    hp_.vocab = ml.get_size(QT_KEY_CP_VOCAB);
     hp_.talker_hidden = model.hparams().hidden;
     hp_.talker_vocab = model.hparams().vocab;
-    hp_.n_codes = int(ml.get_u32(QT_KEY_TALKER_CODE_GROUPS)) - 1;
+    hp_.n_codes = ml.get_size(QT_KEY_TALKER_CODE_GROUPS) - 1;
 
     const bool geometry_ok = hp_.hidden > 0 && hp_.ffn > 0 && hp_.layers > 0 && hp_.heads > 0 && hp_.kv_heads > 0 &&
                              hp_.heads % hp_.kv_heads == 0 && hp_.head_dim > 0 && hp_.head_dim % 2 == 0 &&

@@ -4,6 +4,7 @@
 #include "log.h"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -98,7 +99,7 @@ model_loader::model_loader(const std::string & path, ggml_backend_t backend) : p
 
     // The converter writes one checksum per tensor into a last tensor, as int32 pairs.
     const int64_t checksum_id = gguf_find_tensor(gguf_.get(), QT_TENSOR_CHECKSUMS);
-    if (checksum_id != n_tensors - 1 || gguf_get_tensor_type(gguf_.get(), checksum_id) != GGML_TYPE_I32 ||
+    if (n_tensors < 2 || checksum_id != n_tensors - 1 || gguf_get_tensor_type(gguf_.get(), checksum_id) != GGML_TYPE_I32 ||
         gguf_get_tensor_size(gguf_.get(), checksum_id) != size_t(8 * (n_tensors - 1))) {
         throw error(QT_STATUS_INVALID_PARAMS, format("%s is corrupt: its tensor checksum table is malformed", path.c_str()));
     }
@@ -106,6 +107,11 @@ model_loader::model_loader(const std::string & path, ggml_backend_t backend) : p
     if (fseek(file.get(), long(data_offset + gguf_get_tensor_offset(gguf_.get(), checksum_id)), SEEK_SET) != 0 ||
         fread(checksums.data(), 8, checksums.size(), file.get()) != checksums.size()) {
         throw error(QT_STATUS_INVALID_PARAMS, format("%s is truncated: its checksum table cannot be read", path.c_str()));
+    }
+
+    for (int64_t i = 0; i + 1 < n_tensors; ++i) {
+        const char * name = gguf_get_tensor_name(gguf_.get(), i);
+        check_tensor_type(name, ggml_get_tensor(meta_.get(), name));
     }
 
     buffer_.reset(ggml_backend_alloc_ctx_tensors(meta_.get(), backend));
@@ -142,6 +148,26 @@ model_loader::model_loader(const std::string & path, ggml_backend_t backend) : p
     }
 }
 
+// The types the converter writes (app/vocable/convert.py, _choose_type): vectors, codebooks and
+// the speaker and codec encoders stay f32; the codec decoder is f32 or f16; the talker and the
+// code predictor may be quantised. A tensor of any other type (an integer or f64 matrix, a
+// quantised norm) would crash or mislead the graph ops, so it is refused here.
+void model_loader::check_tensor_type(const char * name, const ggml_tensor * t) const {
+    const std::string n(name);
+    const bool        f32_only = ggml_n_dims(t) < 2 || n.rfind("spk.", 0) == 0 || n.rfind("cenc.", 0) == 0 ||
+                          n.find(".codebook.") != std::string::npos;
+    const bool        decoder = n.rfind("cdec.", 0) == 0;
+    const ggml_type   type = t->type;
+    const bool        ok = type == GGML_TYPE_F32 ||
+                    (!f32_only && (type == GGML_TYPE_F16 || (!decoder && (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_K))));
+    if (!ok) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s is corrupt: tensor '%s' has type %s, which this tensor cannot have (allowed: %s)",
+                           path_.c_str(), name, ggml_type_name(type),
+                           f32_only ? "f32" : decoder ? "f32, f16" : "f32, f16, q8_0, q4_K"));
+    }
+}
+
 int64_t model_loader::key_id(const char * key, enum gguf_type type) const {
     const int64_t id = gguf_find_key(gguf_.get(), key);
     if (id < 0) {
@@ -157,11 +183,29 @@ int64_t model_loader::key_id(const char * key, enum gguf_type type) const {
 }
 
 uint32_t model_loader::get_u32(const char * key) const {
-    return gguf_get_val_u32(gguf_.get(), key_id(key, GGUF_TYPE_UINT32));
+    const uint32_t v = gguf_get_val_u32(gguf_.get(), key_id(key, GGUF_TYPE_UINT32));
+    if (v > k_max_u32_value) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s is corrupt: metadata key '%s' is %u, over the limit of %u",
+                                                     path_.c_str(), key, v, k_max_u32_value));
+    }
+    return v;
+}
+
+int model_loader::get_size(const char * key) const {
+    const uint32_t v = get_u32(key);
+    if (v == 0) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s is corrupt: metadata key '%s' is 0", path_.c_str(), key));
+    }
+    return int(v);
 }
 
 float model_loader::get_f32(const char * key) const {
-    return gguf_get_val_f32(gguf_.get(), key_id(key, GGUF_TYPE_FLOAT32));
+    const float v = gguf_get_val_f32(gguf_.get(), key_id(key, GGUF_TYPE_FLOAT32));
+    if (!std::isfinite(v)) {
+        throw error(QT_STATUS_INVALID_PARAMS,
+                    format("%s is corrupt: metadata key '%s' is not a finite number", path_.c_str(), key));
+    }
+    return v;
 }
 
 std::string model_loader::get_str(const char * key) const {
@@ -174,8 +218,18 @@ std::vector<int32_t> model_loader::get_i32_array(const char * key) const {
         throw error(QT_STATUS_INVALID_PARAMS,
                     format("%s is corrupt: metadata key '%s' is not an int32 array", path_.c_str(), key));
     }
+    const size_t n = gguf_get_arr_n(gguf_.get(), id);
+    if (n == 0 || n > k_max_array_size) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s is corrupt: metadata key '%s' has %zu values", path_.c_str(), key, n));
+    }
     const auto * data = static_cast<const int32_t *>(gguf_get_arr_data(gguf_.get(), id));
-    return std::vector<int32_t>(data, data + gguf_get_arr_n(gguf_.get(), id));
+    for (size_t i = 0; i < n; ++i) {
+        if (data[i] < 0 || uint32_t(data[i]) > k_max_u32_value) {
+            throw error(QT_STATUS_INVALID_PARAMS, format("%s is corrupt: metadata key '%s' has the value %d",
+                                                         path_.c_str(), key, data[i]));
+        }
+    }
+    return std::vector<int32_t>(data, data + n);
 }
 
 std::vector<std::string> model_loader::get_str_array(const char * key) const {

@@ -23,10 +23,18 @@ public:
 
     const std::string & path() const { return path_; }
 
+    // Every integer of this model family's metadata (sizes, ids, counts) is far below 2^24
+    // (the largest, the text vocabulary, is 151,936): anything larger is refused as corrupt.
+    static constexpr uint32_t k_max_u32_value = 1u << 24;
+    // Arrays (channels, ratios, language ids) have a few dozen entries at most.
+    static constexpr size_t   k_max_array_size = 4096;
+
     uint32_t    get_u32(const char * key) const;
-    float       get_f32(const char * key) const;
+    // A size or count: 1 .. k_max_u32_value.
+    int         get_size(const char * key) const;
+    float       get_f32(const char * key) const;  // finite
     std::string get_str(const char * key) const;
-    std::vector<int32_t> get_i32_array(const char * key) const;
+    std::vector<int32_t> get_i32_array(const char * key) const;  // 1 .. k_max_array_size values in [0, k_max_u32_value]
     std::vector<std::string> get_str_array(const char * key) const;
 
     // The tensor `name` with exactly the dimensions `ne` (ggml order, innermost first).
@@ -42,6 +50,7 @@ public:
 
 private:
     int64_t key_id(const char * key, enum gguf_type type) const;
+    void    check_tensor_type(const char * name, const ggml_tensor * t) const;
 
     std::string             path_;
     gguf_context_ptr        gguf_;

@@ -24,8 +24,8 @@ void add_rows(float * dst, const float * src, int64_t n, int64_t h) {
 void prompt_builder::load(model_loader & ml, const talker & model) {
     talker_ = &model;
     const int64_t H = model.hparams().hidden;
-    const int n_groups = int(ml.get_u32(QT_KEY_TALKER_CODE_GROUPS));
-    const int64_t cp_vocab = ml.get_u32(QT_KEY_CP_VOCAB);
+    const int n_groups = ml.get_size(QT_KEY_TALKER_CODE_GROUPS);
+    const int64_t cp_vocab = ml.get_size(QT_KEY_CP_VOCAB);
     if (n_groups < 2) {
         throw error(QT_STATUS_INVALID_PARAMS, format("%s: %d code groups; a 12 Hz model has 16", ml.path().c_str(), n_groups));
     }
@@ -43,6 +43,25 @@ void prompt_builder::load(model_loader & ml, const talker & model) {
     tts_pad_ = int32_t(ml.get_u32(QT_KEY_TEXT_TTS_PAD_ID));
     tts_bos_ = int32_t(ml.get_u32(QT_KEY_TEXT_TTS_BOS_ID));
     tts_eos_ = int32_t(ml.get_u32(QT_KEY_TEXT_TTS_EOS_ID));
+    // the ids index embedding tables, so each must name a row of its table
+    const auto check_id = [&](const char * what, int32_t id, int vocab) {
+        if (id < 0 || id >= vocab) {
+            throw error(QT_STATUS_INVALID_PARAMS, format("%s is corrupt: its %s %d is outside the vocabulary of %d",
+                                                         ml.path().c_str(), what, id, vocab));
+        }
+    };
+    const int codec_vocab = model.hparams().vocab, text_vocab = model.hparams().text_vocab;
+    for (int32_t id : language_ids_) {
+        check_id("language id", id, codec_vocab);
+    }
+    for (auto [what, id] : { std::pair{ "codec pad id", codec_pad_ }, { "codec bos id", codec_bos_ },
+                             { "think id", think_ }, { "no-think id", nothink_ }, { "think bos id", think_bos_ },
+                             { "think eos id", think_eos_ } }) {
+        check_id(what, id, codec_vocab);
+    }
+    for (auto [what, id] : { std::pair{ "text pad id", tts_pad_ }, { "text bos id", tts_bos_ }, { "text eos id", tts_eos_ } }) {
+        check_id(what, id, text_vocab);
+    }
 }
 
 std::vector<float> prompt_builder::frame_embed(const cpu_backend & backend, const int32_t * codes,
@@ -53,9 +72,13 @@ std::vector<float> prompt_builder::frame_embed(const cpu_backend & backend, cons
     for (int64_t f = 0; f < n_frames; ++f) {
         for (int q = 0; q < n_books; ++q) {
             const int32_t c = codes[f * n_books + q];
-            if (c < 0 || c >= (q == 0 ? talker_->hparams().vocab : cp_vocab)) {
+            // every codebook, the first too, has cp_vocab codes; the talker's larger vocabulary
+            // adds control ids, which are no codes and which the codec decoder cannot look up
+            if (c < 0 || c >= cp_vocab) {
                 throw error(QT_STATUS_INVALID_PARAMS,
-                            format("code %d of codebook %d (frame %lld) is out of range", c, q, (long long) f));
+                            format("the voice's reference code %d of codebook %d (frame %lld) is out of range "
+                                   "[0, %lld) (a damaged voice: embed the reference again)",
+                                   c, q, (long long) f, (long long) cp_vocab));
             }
             by_book[size_t(q)][size_t(f)] = c;
         }

@@ -338,6 +338,13 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
                                       params->voice->n_embd, ctx->info.variant, ctx->info.n_speaker_embd));
         return QT_STATUS_INVALID_PARAMS;
     }
+    for (int32_t i = 0; i < params->voice->n_embd; ++i) {
+        if (!std::isfinite(params->voice->speaker_embedding[i])) {
+            qt::set_last_error(qt::format("the voice's speaker embedding is damaged: value %d is not a finite number "
+                                          "(embed the reference again)", i));
+            return QT_STATUS_INVALID_PARAMS;
+        }
+    }
     if (params->mode != QT_CLONE_XVECTOR && params->mode != QT_CLONE_IN_CONTEXT) {
         qt::set_last_error(qt::format("unknown clone mode %d", int(params->mode)));
         return QT_STATUS_INVALID_MODE;

@@ -29,15 +29,15 @@ std::pair<ggml_tensor *, ggml_tensor *> weighted_stats(ggml_context * ctx, ggml_
 } // namespace
 
 void speaker_encoder::load(model_loader & ml) {
-    hp_.mel_dim = int(ml.get_u32(QT_KEY_SPK_MEL_DIM));
-    hp_.enc_dim = int(ml.get_u32(QT_KEY_SPK_ENC_DIM));
+    hp_.mel_dim = ml.get_size(QT_KEY_SPK_MEL_DIM);
+    hp_.enc_dim = ml.get_size(QT_KEY_SPK_ENC_DIM);
     hp_.channels = ml.get_i32_array(QT_KEY_SPK_CHANNELS);
     hp_.kernel_sizes = ml.get_i32_array(QT_KEY_SPK_KERNEL_SIZES);
     hp_.dilations = ml.get_i32_array(QT_KEY_SPK_DILATIONS);
-    hp_.attention_channels = int(ml.get_u32(QT_KEY_SPK_ATTN_CHANNELS));
-    hp_.res2net_scale = int(ml.get_u32(QT_KEY_SPK_RES2NET_SCALE));
-    hp_.se_channels = int(ml.get_u32(QT_KEY_SPK_SE_CHANNELS));
-    hp_.sample_rate = int(ml.get_u32(QT_KEY_SPK_SAMPLE_RATE));
+    hp_.attention_channels = ml.get_size(QT_KEY_SPK_ATTN_CHANNELS);
+    hp_.res2net_scale = ml.get_size(QT_KEY_SPK_RES2NET_SCALE);
+    hp_.se_channels = ml.get_size(QT_KEY_SPK_SE_CHANNELS);
+    hp_.sample_rate = ml.get_size(QT_KEY_SPK_SAMPLE_RATE);
 
     const size_t n_layers = hp_.channels.size();
     if (n_layers != 5 || hp_.kernel_sizes.size() != n_layers || hp_.dilations.size() != n_layers ||

@@ -28,17 +28,17 @@ ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, flo
 } // namespace
 
 void talker::load(model_loader & ml) {
-    hp_.hidden = int(ml.get_u32(QT_KEY_TALKER_HIDDEN));
-    hp_.ffn = int(ml.get_u32(QT_KEY_TALKER_FFN));
-    hp_.layers = int(ml.get_u32(QT_KEY_TALKER_LAYERS));
-    hp_.heads = int(ml.get_u32(QT_KEY_TALKER_HEADS));
-    hp_.kv_heads = int(ml.get_u32(QT_KEY_TALKER_KV_HEADS));
-    hp_.head_dim = int(ml.get_u32(QT_KEY_TALKER_HEAD_DIM));
+    hp_.hidden = ml.get_size(QT_KEY_TALKER_HIDDEN);
+    hp_.ffn = ml.get_size(QT_KEY_TALKER_FFN);
+    hp_.layers = ml.get_size(QT_KEY_TALKER_LAYERS);
+    hp_.heads = ml.get_size(QT_KEY_TALKER_HEADS);
+    hp_.kv_heads = ml.get_size(QT_KEY_TALKER_KV_HEADS);
+    hp_.head_dim = ml.get_size(QT_KEY_TALKER_HEAD_DIM);
     hp_.norm_eps = ml.get_f32(QT_KEY_TALKER_NORM_EPS);
     hp_.rope_theta = ml.get_f32(QT_KEY_TALKER_ROPE_THETA);
-    hp_.vocab = int(ml.get_u32(QT_KEY_TALKER_VOCAB));
-    hp_.text_hidden = int(ml.get_u32(QT_KEY_TALKER_TEXT_HIDDEN));
-    hp_.text_vocab = int(ml.get_u32(QT_KEY_TALKER_TEXT_VOCAB));
+    hp_.vocab = ml.get_size(QT_KEY_TALKER_VOCAB);
+    hp_.text_hidden = ml.get_size(QT_KEY_TALKER_TEXT_HIDDEN);
+    hp_.text_vocab = ml.get_size(QT_KEY_TALKER_TEXT_VOCAB);
 
     const bool geometry_ok = hp_.hidden > 0 && hp_.ffn > 0 && hp_.layers > 0 && hp_.heads > 0 && hp_.kv_heads > 0 &&
                              hp_.heads % hp_.kv_heads == 0 && hp_.head_dim > 0 && hp_.head_dim % 2 == 0 &&
