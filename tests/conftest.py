@@ -64,3 +64,23 @@ def qapp():
     """pytest-qt's application, made the way the app makes it (names, window icon, palette)."""
     from vocable.gui.app import make_application
     return make_application([])
+
+
+def portaudio_loads() -> bool:
+    """Whether sounddevice finds the PortAudio library (Debian: libportaudio2) here."""
+    try:
+        import sounddevice  # noqa: F401
+    except OSError:
+        return False
+    return True
+
+
+def without_portaudio(env: dict, folder: Path) -> dict:
+    """`env` for a Python subprocess that behaves as on a machine without the PortAudio library:
+    a sitecustomize makes ctypes.util.find_library miss it, as sounddevice then does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import ctypes.util\n"
+        "_find = ctypes.util.find_library\n"
+        "ctypes.util.find_library = lambda name: None if 'portaudio' in name else _find(name)\n")
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")])))

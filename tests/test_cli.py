@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import cosine, fixture_dir, reference
+from conftest import cosine, fixture_dir, portaudio_loads, reference, without_portaudio
 from vocable import Voice
 
 
@@ -120,15 +120,23 @@ def test_say_with_voice_file_and_text_file(tmp_path, cli_env, converted):
     assert rate == 24000 and data.shape == (3 * 3 * 1920,)
 
 
-def test_say_play_without_audio_device(tmp_path, cli_env, converted):
-    """--play where PortAudio finds no output device: a clear message, and the file anyway."""
+@pytest.mark.parametrize("portaudio", ["as installed", "missing"])
+def test_say_play_without_audio_device(tmp_path, cli_env, converted, portaudio):
+    """--play where PortAudio finds no output device, or where the PortAudio library itself is
+    missing: a clear message, and the file anyway."""
     env = dict(cli_env, PULSE_SERVER="unix:/nonexistent/pulse")
     env.pop("XDG_RUNTIME_DIR", None)
+    if portaudio == "missing":
+        env = without_portaudio(env, tmp_path / "site")
     out = tmp_path / "o.wav"
     proc = say(converted("0.6b", "f32"), "--ref", REF, "--text", "Hello.", "--max-frames", "4", "--out", out,
                "--play", env=env)
     assert proc.returncode == 0, proc.stderr
-    assert "cannot play audio: no audio output device was found" in proc.stderr
+    if portaudio == "missing" or not portaudio_loads():
+        assert "cannot play audio: the PortAudio library is not installed (on Debian or Ubuntu: apt install " \
+               "libportaudio2)" in proc.stderr
+    else:
+        assert "cannot play audio: no audio output device was found" in proc.stderr
     assert f"writing {out} only" in proc.stderr
     assert out.exists() and "Traceback" not in proc.stderr
 

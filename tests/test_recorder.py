@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import without_portaudio
 from fake_sounddevice import FakeSoundDevice, make_sounddevice_unimportable
 from pulse_server import MIC_SINK, offsets_of_windows, pulse  # noqa: F401 (a fixture)
 from vocable import playback, recorder
@@ -348,11 +349,18 @@ def test_records_what_the_source_plays(pulse, tmp_path):
 
 NO_DEVICE = textwrap.dedent("""
     import json
-    import sounddevice
     from vocable.errors import AudioDeviceError
     from vocable.playback import StreamPlayer
     from vocable.recorder import Recorder, input_devices
-    out = {"devices": len(sounddevice.query_devices()), "inputs": input_devices()}
+    try:
+        import sounddevice
+        out = {"portaudio": True, "devices": len(sounddevice.query_devices())}
+    except OSError:   # no PortAudio library
+        out = {"portaudio": False, "devices": 0}
+    try:
+        out["inputs"] = input_devices()
+    except AudioDeviceError as e:
+        out["inputs"], out["list"] = [], str(e)
     for name, make in (("record", lambda: Recorder().start()), ("play", lambda: StreamPlayer(24000))):
         try:
             make()
@@ -362,18 +370,29 @@ NO_DEVICE = textwrap.dedent("""
 """)
 
 
-def test_no_sound_server_is_a_clear_error(tmp_path):
-    """Without any sound server (and no sound card, as on CI), PortAudio sees no device: both
-    directions say so in words, so the app can disable recording and playback with a reason."""
+@pytest.mark.parametrize("portaudio", ["as installed", "missing"])
+def test_no_sound_server_is_a_clear_error(tmp_path, portaudio):
+    """Without any sound server (and no sound card, as on CI), PortAudio sees no device; without
+    the PortAudio library there are no devices either: both directions say so in words, so the
+    app can disable recording and playback with a reason."""
     runtime = tmp_path / "runtime"
     runtime.mkdir(mode=0o700)
     env = dict(os.environ, PULSE_SERVER=f"unix:{runtime / 'no-such-socket'}", XDG_RUNTIME_DIR=str(runtime),
                HOME=str(runtime))
+    if portaudio == "missing":
+        env = without_portaudio(env, tmp_path / "site")
     proc = subprocess.run([sys.executable, "-c", NO_DEVICE], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     if report["devices"]:
         pytest.skip(f"this machine has sound hardware PortAudio reaches without a server ({report})")
     assert report["inputs"] == []
+    if not report["portaudio"]:
+        missing = "the PortAudio library is not installed (on Debian or Ubuntu: apt install libportaudio2)"
+        assert report["list"] == f"cannot record audio: {missing}", report
+        assert report["record"] == f"cannot record audio: {missing}", report
+        assert report["play"] == f"cannot play audio: {missing}", report
+        return
+    assert portaudio == "as installed"
     assert report["record"].startswith("cannot record audio: no microphone or other audio input device was found")
     assert report["play"].startswith("cannot play audio: no audio output device was found")

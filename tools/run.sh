@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Sets up .venv and opens the Vocable desktop app. Without a display (a server, CI) it runs the
+# Installs the system packages the app needs (tools/system-packages.sh), sets up .venv and opens
+# the Vocable desktop app. Without a display (a server, CI) it runs the
 # command-line flow on the bundled tiny test model instead: convert it, clone the voice of the
 # bundled reference clip, and speak a sentence in it (random tiny weights: the audio is noise,
 # the flow is the real one). With arguments, runs `vocable ARGS...`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash tools/system-packages.sh app
 bash tools/setup-venv.sh
 vocable="${VOCABLE_VENV:-.venv}/bin/vocable"
 if [ "$#" -gt 0 ]; then

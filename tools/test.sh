@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Sets up .venv, builds Vocable, then runs every test: the C/C++ tests (ctest) and the Python
+# Installs the system packages the tests need (tools/system-packages.sh), sets up .venv, builds
+# Vocable, then runs every test: the C/C++ tests (ctest) and the Python
 # tests (pytest). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash tools/system-packages.sh test
 bash tools/setup-venv.sh
 venv="${VOCABLE_VENV:-.venv}"
 py="$venv/bin/python"

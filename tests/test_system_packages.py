@@ -1,0 +1,77 @@
+"""tools/system-packages.sh, which the README's two commands run first: on a Debian-like system
+it installs exactly the packages that are missing (as root, or through sudo without a prompt),
+and where it cannot it names them and the command, and lets the set-up go on. Driven with stub
+dpkg-query, apt-get, id and sudo on PATH, so the test changes nothing on the machine."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "tools" / "system-packages.sh"
+
+
+def stub(folder: Path, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+def run(tmp_path, purpose: str, *, installed: set[str], uid: int, sudo: str | None):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / "apt.log"
+    listed = " ".join(sorted(installed))
+    stub(bin_dir, "dpkg-query", f'for p in {listed}; do [ "$p" = "$3" ] && {{ printf "install ok installed"; exit 0; }}; '
+                                'done; exit 1\n')
+    stub(bin_dir, "apt-get", f'echo "apt-get $*" >> {log}\n')
+    stub(bin_dir, "id", f"echo {uid}\n")
+    if sudo == "ok":
+        stub(bin_dir, "sudo", '[ "$1" = -n ] && shift; [ "$1" = true ] && exit 0; "$@"\n')
+    elif sudo == "asks":
+        stub(bin_dir, "sudo", "exit 1\n")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    if sudo is None:   # no sudo at all: PATH without the system's
+        for tool in ("bash", "grep", "cat"):
+            os.symlink(f"/bin/{tool}" if os.path.exists(f"/bin/{tool}") else f"/usr/bin/{tool}", bin_dir / tool)
+        env["PATH"] = str(bin_dir)
+    proc = subprocess.run(["/bin/bash", str(SCRIPT), purpose], env=env, capture_output=True, text=True, timeout=60)
+    return proc, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_nothing_missing_does_nothing(tmp_path):
+    everything = {"g++", "python3", "python3-venv", "python3-dev", "libsndfile1", "libportaudio2", "libegl1", "libgl1",
+                  "libfontconfig1", "libglib2.0-0", "libxkbcommon0", "libdbus-1-3", "fonts-dejavu-core",
+                  "libxcb-cursor0", "libxcb-icccm4", "libxcb-keysyms1"}
+    proc, apt = run(tmp_path, "app", installed=everything, uid=0, sudo=None)
+    assert proc.returncode == 0 and apt == [] and proc.stderr == ""
+
+
+def test_root_installs_exactly_what_is_missing(tmp_path):
+    proc, apt = run(tmp_path, "test", installed={"g++", "python3", "libgl1"}, uid=0, sudo=None)
+    assert proc.returncode == 0, proc.stderr
+    assert len(apt) == 1 and apt[0].startswith("apt-get install -y")
+    asked = apt[0].split()
+    assert "libportaudio2" in asked and "espeak-ng" in asked and "pulseaudio" in asked
+    assert "g++" not in asked and "libgl1" not in asked and "xvfb" not in asked
+
+
+def test_sudo_without_a_prompt_is_used(tmp_path):
+    proc, apt = run(tmp_path, "app", installed=set(), uid=1000, sudo="ok")
+    assert proc.returncode == 0, proc.stderr
+    assert apt and "libportaudio2" in apt[0]
+
+
+@pytest.mark.parametrize("sudo", ["asks", None])
+def test_without_root_it_names_the_packages_and_goes_on(tmp_path, sudo):
+    proc, apt = run(tmp_path, "app", installed={"g++"}, uid=1000, sudo=sudo)
+    assert proc.returncode == 0 and apt == []
+    assert "missing system packages:" in proc.stderr and "libportaudio2" in proc.stderr
+    assert "sudo apt-get install" in proc.stderr and " g++" not in proc.stderr
+
+
+def test_an_unknown_purpose_is_refused(tmp_path):
+    proc = subprocess.run(["bash", str(SCRIPT), "everything"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage:" in proc.stderr
