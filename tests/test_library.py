@@ -17,8 +17,8 @@ import pytest
 from safetensors.numpy import save_file
 
 from vocable.errors import VoiceError
-from vocable.library import MAX_FILE_BYTES, VoiceLibrary, read_voice_file
-from vocable.voice import Voice
+from vocable.library import VoiceLibrary
+from vocable.voice import MAX_FILE_BYTES, Voice, read_voice_file
 
 
 @pytest.fixture(autouse=True)
@@ -203,8 +203,46 @@ def _hostile_files(folder):
     st("codes-shape.safetensors", "reference codes of shape",
        tensors=_tensors(codes=np.zeros((5000, 16), np.int32)))
     st("seconds.safetensors", "invalid reference length", meta=_meta(reference_seconds="soon"))
+    st("abc-seconds.safetensors", "invalid reference length", meta=_meta(reference_seconds="abc"))
     st("inf-seconds.safetensors", "invalid reference length", meta=_meta(reference_seconds="inf"))
+    st("nan-seconds.safetensors", "invalid reference length", meta=_meta(reference_seconds="nan"))
     st("long-meta.safetensors", "oversized metadata", meta=_meta(junk="x" * 100_000))
+    # codebook 0 has 2048 codes; 2048 to 3071 are the talker's control ids, which crashed the engine
+    codes = np.zeros((10, 16), np.int32)
+    codes[:, 0] = np.arange(2048, 2058)
+    st("codebook-0.safetensors", "out of range", tensors=_tensors(codes=codes))
+    st("codes-2048.safetensors", "out of range", tensors=_tensors(codes=np.full((3, 16), 2048, np.int32)))
+    st("codebooks.safetensors", "reference codes of shape", tensors=_tensors(codes=np.zeros((10, 8), np.int32)))
+    st("codes-i64.safetensors", "expected I32", tensors=_tensors(codes=np.zeros((10, 16), np.int64)))
+    st("codes-1d.safetensors", "expected I32 with 2", tensors=_tensors(codes=np.zeros(16, np.int32)))
+    st("embedding-f16.safetensors", "expected F32", tensors=_tensors(speaker_embedding=np.ones(1024, np.float16)))
+    st("inf.safetensors", "NaN or infinite",
+       tensors=_tensors(speaker_embedding=np.full(1024, np.inf, np.float32)))
+    st("empty-embedding.safetensors", "non-empty vector",
+       tensors=_tensors(speaker_embedding=np.zeros(0, np.float32)))
+    st("version-superscript.safetensors", "invalid voice format version", meta=_meta(version="\u00b2"))
+    st("version-huge.safetensors", "invalid voice format version", meta=_meta(version="9" * 5000))
+    # headers written by hand: what no safetensors writer makes
+    def raw(name, message, header: bytes, data: bytes = b"\0" * 64):
+        (folder / name).write_bytes(struct.pack("<Q", len(header)) + header + data)
+        files.append((folder / name, message))
+
+    tensor = b'"speaker_embedding":{"dtype":"F32","shape":[16],"data_offsets":[0,64]}'
+    raw("latin1-meta.safetensors", "not a readable voice file",
+        b'{"__metadata__":{"format":"vocable-voice","version":"1","name":"Ren\xe9e"},' + tensor + b"}")
+    raw("deep-header.safetensors", "not a readable voice file|no Vocable voice metadata",
+        b'{"__metadata__":{"format":"vocable-voice","version":"1"},"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    raw("number-meta.safetensors", "not a readable voice file",
+        b'{"__metadata__":{"format":"vocable-voice","version":1},' + tensor + b"}")
+    raw("negative-shape.safetensors", "not a readable voice file",
+        b'{"__metadata__":{"format":"vocable-voice","version":"1"},'
+        b'"speaker_embedding":{"dtype":"F32","shape":[-16],"data_offsets":[0,64]}}')
+    raw("overflow-shape.safetensors", "not a readable voice file",
+        b'{"__metadata__":{"format":"vocable-voice","version":"1"},'
+        b'"speaker_embedding":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,64]}}')
+    raw("offsets-past-end.safetensors", "not a readable voice file",
+        b'{"__metadata__":{"format":"vocable-voice","version":"1"},'
+        b'"speaker_embedding":{"dtype":"F32","shape":[16],"data_offsets":[0,6400]}}')
     return files
 
 

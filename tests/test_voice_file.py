@@ -39,7 +39,7 @@ def test_missing(tmp_path):
 def test_pickle_is_refused(tmp_path):
     path = tmp_path / "evil.voice"
     path.write_bytes(pickle.dumps({"speaker_embedding": np.zeros(3)}))
-    with pytest.raises(VoiceError, match="not a readable voice file"):
+    with pytest.raises(VoiceError, match="not a Vocable voice file"):
         Voice.load(path)
 
 
@@ -56,3 +56,23 @@ def test_truncated(tmp_path):
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(VoiceError):
         Voice.load(path)
+
+
+def test_load_is_the_checked_reader(tmp_path):
+    """Voice.load refuses every damaged or hostile file the library refuses, with the same
+    message (it had no size cap and no type, range or NaN checks, and bad metadata gave a traceback)."""
+    from test_library import _hostile_files
+    for path, message in _hostile_files(tmp_path):
+        with pytest.raises(VoiceError, match=message):
+            Voice.load(path)
+
+
+def test_save_refuses_what_load_would_refuse(tmp_path):
+    codes = np.arange(32, dtype=np.int32).reshape(2, 16)
+    codes[0, 0] = 2048
+    for voice, message in ((make_voice(codes=codes), "out of range"),
+                           (make_voice(speaker_embedding=np.full(12, np.nan, np.float32)), "NaN"),
+                           (make_voice(codes=np.zeros((2, 8), np.int32)), "reference codes of shape")):
+        with pytest.raises(VoiceError, match=message):
+            voice.save(tmp_path / "v.voice")
+        assert list(tmp_path.iterdir()) == []
