@@ -364,3 +364,16 @@ def test_native_chunk_callback(engine, voice):
     timer.join()
     assert e.value.args[1] == _engine.STATUS_CANCELLED and flag.is_set()
     assert ctx.synthesize(ids, voice.speaker_embedding, None, None, "auto", greedy, greedy, 0, 2)[0].shape == (2, 16)
+
+
+def test_reference_codes_outside_the_codebook_are_refused_at_once(engine, voice):
+    """Codebook-0 codes of 2048 to 3071 (the talker's control ids) once aborted the engine."""
+    codes = np.zeros((10, 16), dtype=np.int32)
+    codes[:, 0] = 2048 + np.arange(10)
+    with pytest.raises(VocableError, match="out of range"):
+        engine.synthesize(TEXT, Voice(voice.speaker_embedding, codes, "Okay."))
+    codes[:, 0] = -1
+    with pytest.raises(VocableError, match="out of range"):
+        engine.synthesize(TEXT, Voice(voice.speaker_embedding, codes, "Okay."))
+    codes[:, 0] = 2047
+    engine.synthesize(TEXT, Voice(voice.speaker_embedding, codes, "Okay."), greedy=True, max_frames=2).result()

@@ -141,3 +141,42 @@ def test_in_context_long_text(converted):
 def test_default_split_keeps_short_text_whole(engine, voice):
     result = engine.synthesize(TEXT, voice, greedy=True, max_frames=2).result()
     assert result.segments == (TEXT,)
+
+
+# -- the frame cap counts the whole stream ------------------------------------------------------------
+
+def test_invisible_characters_do_not_lengthen_the_stream(engine, voice):
+    """1000 zero-width spaces and "hi" once made four segments of 8192 frames each (43 min of
+    audio from random weights that never stop); the stream's cap follows what there is to say."""
+    from vocable.engine import stream_frame_cap
+    text = "\u200b" * 1000 + "hi"
+    result = engine.synthesize(text, voice, greedy=True).result()
+    assert len(result.segments) == 1 and not result.reached_eos
+    assert result.codes.shape[0] == stream_frame_cap(text) == stream_frame_cap("hi") < 50
+
+
+def test_the_stream_cap_counts_every_segment(engine, voice):
+    from vocable import _engine
+    from vocable.engine import stream_frame_cap
+    result = engine.synthesize(TEXT, voice, greedy=True, max_segment_units=UNITS).result()
+    own_caps = [_engine.default_max_frames(len(engine.tokenizer.target_prompt(s).ids)) for s in SENTENCES]
+    assert sum(own_caps) > stream_frame_cap(TEXT)  # each segment alone would run to its own cap
+    assert result.codes.shape[0] == stream_frame_cap(TEXT) and not result.reached_eos
+    assert result.audio.size == result.codes.shape[0] * 1920
+
+
+@pytest.mark.parametrize("text, message", [("\u200b" * 1000, "only invisible characters"),
+                                           ("\u2060\ufeff\u200d \u00ad\n\ufe0f", "only invisible characters"),
+                                           ("... ?! --", "nothing to speak")])
+def test_text_with_nothing_to_speak_is_a_clear_error(engine, voice, text, message):
+    from vocable.text import TextError
+    with pytest.raises(TextError, match=message):
+        engine.synthesize(text, voice)
+
+
+def test_a_segment_with_nothing_to_speak_is_not_spoken(engine, voice):
+    rule = "-" * 40
+    text = f"{SENTENCES[0]}\n\n{rule}\n\n{SENTENCES[1]}"
+    result = engine.synthesize(text, voice, greedy=True, max_frames=2, max_segment_units=UNITS).result()
+    assert result.segments == (SENTENCES[0], SENTENCES[1])
+    assert result.codes.shape[0] == 4

@@ -123,11 +123,13 @@ def test_seed_reproduces_a_sampled_run(engine):
 
 def test_default_frame_cap_follows_text_length(engine):
     from vocable import _engine
+    from vocable.engine import stream_frame_cap
     voice = fixture_voice("0.6b", "xvec")
-    result = engine.synthesize("Hello.", voice, greedy=True).result()
-    n_ids = len(engine.tokenizer.target_prompt("Hello.").ids)
-    assert result.codes.shape[0] == _engine.default_max_frames(n_ids)
-    assert not result.reached_eos
+    for text in ("Hello.", "Call 0151 496 0018 at 9:45."):
+        result = engine.synthesize(text, voice, greedy=True).result()
+        n_ids = len(engine.tokenizer.target_prompt(text).ids)
+        assert result.codes.shape[0] == min(_engine.default_max_frames(n_ids), stream_frame_cap(text))
+        assert not result.reached_eos
 
 
 def test_cancel_from_another_thread(engine):

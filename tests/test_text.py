@@ -15,7 +15,8 @@ import pytest
 from conftest import REPO, VARIANTS, fixture_dir, manifest
 from vocable.errors import ModelError, VocableError
 from vocable.text import (MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, ROLE, SpecialIds, TextError, TextTokenizer,
-                          speech_units, split_for_synthesis, split_sentences)
+                          expected_speech_seconds, longest_speech_seconds, speech_units, split_for_synthesis,
+                          split_sentences)
 
 TOKENS = REPO / "tests" / "fixtures" / "tokens"
 VOCABS = ("tiny", "qwen")
@@ -377,3 +378,37 @@ def test_cjk_without_punctuation_is_cut_by_length():
 def test_segments_refuse_empty_text():
     with pytest.raises(TextError):
         split_for_synthesis("   ")
+
+
+def test_invisible_characters_take_no_time():
+    zero_width = "\u200b\u200c\u200d\u2060\ufeff\u00ad\u202e\ufe0f\U000e0100\x07"
+    assert speech_units(zero_width * 100) == 0
+    assert speech_units("h" + zero_width * 100 + "i") == speech_units("hi") == 2
+    assert speech_units("a \u200b b") == 3  # still one pause
+    text = "\u200b" * 1000 + "hi"
+    assert split_for_synthesis(text) == [text]  # one segment, not four of zero-width spaces
+
+
+@pytest.mark.parametrize("text, message", [
+    ("\u200b" * 50, "only invisible characters"), ("\u2060 \ufeff\n\x00", "only invisible characters"),
+    ("...", "nothing to speak"), ("?! -- \u3002\u3002", "nothing to speak"), ("\u0301\u0301", "nothing to speak")])
+def test_text_with_nothing_to_speak_is_refused(text, message):
+    with pytest.raises(TextError, match=message):
+        split_for_synthesis(text)
+
+
+@pytest.mark.parametrize("text", ["7", "100%", "+", "\U0001f600", "\u00bd", "Hi"])
+def test_digits_symbols_and_words_are_speech(text):
+    assert split_for_synthesis(text) == [text]
+
+
+def test_segments_with_nothing_to_speak_are_left_out():
+    rule = "-" * 40
+    text = f"The first sentence is here.\n\n{rule}\n\n" + "\u200b" * 500 + "\n\nA second one follows it."
+    assert split_for_synthesis(text, max_units=32) == ["The first sentence is here.", "A second one follows it."]
+
+
+def test_numbers_are_bounded_as_words_read_out():
+    assert longest_speech_seconds("Hello.") == expected_speech_seconds("Hello.")
+    # "0151 496 0018": eleven digits read one by one take over 3 s, not the 0.9 s of 13 letters
+    assert longest_speech_seconds("0151 496 0018") >= 11 * 0.3 > expected_speech_seconds("0151 496 0018")

@@ -34,6 +34,13 @@ X_VECTOR = "x-vector"
 IN_CONTEXT = "in-context"
 
 FRAME_RATE = 12.5  # codec frames per second of audio
+# The model can run on without emitting EOS. Besides each request's own cap (the engine's
+# qt_default_max_frames: 3 s plus 1 s per text token, which zero-width characters or rare
+# scripts inflate), a whole stream stops after STREAM_CAP_BASE_SEC plus STREAM_CAP_FACTOR times
+# the longest its text takes to speak (text.longest_speech_seconds), as qt_default_max_frames
+# allows about three times speech at a normal rate.
+STREAM_CAP_BASE_SEC = 3.0
+STREAM_CAP_FACTOR = 3.0
 # Length of the raised-cosine fade out and in where two text segments of a long text meet: each
 # segment is a fresh request whose decoder starts from its own state, so the waveform would jump
 # there. 5 ms (120 samples at 24 kHz) is far below a syllable, and enough to remove the click.
@@ -52,7 +59,7 @@ class SynthesisResult:
     codes: np.ndarray     # int32 [frames, 16], 12.5 frames per second of audio
     mode: str             # X_VECTOR or IN_CONTEXT
     mode_reason: str      # why that mode ran, in words
-    reached_eos: bool     # False: the frame cap stopped generation (of some segment)
+    reached_eos: bool     # False: a frame cap stopped generation (of some segment, or the stream)
     seed: int             # the seed used (pass it back to reproduce the run)
     audio: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))  # float32 [samples], mono
     sample_rate: int = 24000
@@ -113,6 +120,12 @@ class _Segment:
     text: str
     ids: np.ndarray      # int32 prompt ids
     seed: int
+
+
+def stream_frame_cap(text: str) -> int:
+    """The most frames a stream speaking `text` generates by default, all segments together."""
+    from .text import longest_speech_seconds
+    return int(FRAME_RATE * (STREAM_CAP_BASE_SEC + STREAM_CAP_FACTOR * longest_speech_seconds(text)))
 
 
 def _segment_seed(seed: int, index: int) -> int:
@@ -192,7 +205,7 @@ class Synthesis:
 
     def __init__(self, engine: "Engine", segments: list[_Segment], voice: Voice, language: str,
                  ref_codes: np.ndarray | None, ref_ids: np.ndarray | None, mode: str, reason: str, seed: int,
-                 talker: dict, predictor: dict, max_frames: int | None, started: float):
+                 talker: dict, predictor: dict, max_frames: int | None, stream_cap: int, started: float):
         self._engine = engine
         self._segments = segments
         self._voice = voice
@@ -201,6 +214,7 @@ class Synthesis:
         self.mode, self.mode_reason, self.seed = mode, reason, seed
         self._sampling = (talker, predictor)
         self._max_frames = max_frames
+        self._stream_cap = stream_cap
         self._started = started
         self.sample_rate = engine.sample_rate
         self._fade = max(1, int(round(SEGMENT_FADE_SEC * self.sample_rate)))
@@ -316,6 +330,11 @@ class Synthesis:
                     for i, seg in enumerate(self._segments):
                         if self._cancel_flag.is_set():
                             raise SynthesisCancelled("synthesis cancelled")
+                        cap = self._max_frames or min(_engine.default_max_frames(seg.ids.size),
+                                                      self._stream_cap - frames_before)
+                        if cap < 1:  # the stream's cap is spent: a segment ran on without EOS
+                            eos_all = False
+                            break
                         with self._cond:
                             self._segment = i
                         joiner.begin(i)
@@ -330,8 +349,7 @@ class Synthesis:
                         try:
                             codes, _pcm, eos = engine._ctx.synthesize(
                                 seg.ids, self._voice.speaker_embedding, self._ref_codes, self._ref_ids,
-                                self._language, *self._sampling, seg.seed,
-                                int(self._max_frames or 0), on_chunk, self._cancel_flag)
+                                self._language, *self._sampling, seg.seed, int(cap), on_chunk, self._cancel_flag)
                         except _engine.EngineError as e:
                             if e.args[1] == _engine.STATUS_CANCELLED:
                                 raise SynthesisCancelled("synthesis cancelled") from None
@@ -396,25 +414,28 @@ class Engine:
             raise ValueError("codec_chunk_sec must be positive (None: the default)")
         if dump_dir is not None:
             Path(dump_dir).mkdir(parents=True, exist_ok=True)
+        # The metadata is read first, in one bounded pass that checks every length and string,
+        # so the engine only gets files whose header is well formed; and the tokenizer is ready
+        # before the first synthesis, which then starts as quickly as the next.
+        from .gguf_header import read_gguf_header
+        from .text import GGUF_TOKENIZER_KEYS, TextTokenizer
+        meta = read_gguf_header(path, GGUF_TOKENIZER_KEYS | {LANGUAGES_KEY})
+        self._tokenizer = TextTokenizer.from_metadata(meta, path)
+        languages = meta.get(LANGUAGES_KEY) or []
+        if not (isinstance(languages, list) and all(isinstance(name, str) for name in languages)):
+            raise ModelError(f"{path} has a malformed language list ({LANGUAGES_KEY})")
+        self._languages = tuple(languages)
         try:
             self._ctx = _engine.Context(str(path), threads or 0, str(dump_dir) if dump_dir else None, _forward_log,
                                         float(codec_chunk_sec or 0.0), bool(share_cores))
+            self.info: dict = self._ctx.model_info()
         except _engine.EngineError as e:
             raise ModelError(e.args[0]) from e
+        except UnicodeDecodeError:  # the engine's message or model name, made of bytes from the file
+            raise ModelError(f"{path} has text that is not UTF-8: not a usable model file") from None
         self.model_path = path
-        self.info: dict = self._ctx.model_info()
         self._lock = threading.Lock()
         self._active: Synthesis | None = None
-        # Read now, in one pass over the metadata, so the first synthesis starts as quickly as the next.
-        from .gguf_header import read_gguf_header
-        from .text import GGUF_TOKENIZER_KEYS, TextTokenizer
-        try:
-            meta = read_gguf_header(path, GGUF_TOKENIZER_KEYS | {LANGUAGES_KEY})
-            self._tokenizer = TextTokenizer.from_metadata(meta, path)
-        except ModelError:
-            self._ctx.close()
-            raise
-        self._languages = tuple(meta.get(LANGUAGES_KEY) or ())
 
     def close(self) -> None:
         """Cancels a running synthesis and frees the model."""
@@ -475,8 +496,10 @@ class Engine:
         A text longer than `max_segment_units` (text.MAX_SEGMENT_UNITS, about 20 s of speech) is
         split at sentence boundaries into segments spoken one after the other in the same
         stream, in the same voice; segment i samples with a seed derived from (seed, i).
-        `max_frames` is the frame cap of each segment (the model can run on without ending);
-        by default _engine.default_max_frames(the segment's text tokens)."""
+        `max_frames` is the frame cap of each segment (the model can run on without ending).
+        By default a segment stops at _engine.default_max_frames(its text tokens), and the whole
+        stream at stream_frame_cap(text) (see STREAM_CAP_FACTOR): then the segments left are not
+        spoken, and reached_eos is False."""
         from .text import MAX_SEGMENT_UNITS, split_for_synthesis
 
         started = time.perf_counter()
@@ -503,6 +526,11 @@ class Engine:
         if voice.codes is not None and transcript:
             mode, reason = IN_CONTEXT, "the voice has reference codes and a transcript"
             ref_codes = voice.codes
+            low, high = int(ref_codes.min(initial=0)), int(ref_codes.max(initial=0))
+            if low < 0 or high >= self.info["codebook_size"]:
+                raise VocableError(f"the voice's reference codes are out of range ({low} to {high}; this model's "
+                                   f"codebooks have codes 0 to {self.info['codebook_size'] - 1}): the voice is "
+                                   "damaged, make it again")
             ref_ids = np.asarray(self.tokenizer.ref_prompt(transcript).ids, dtype=np.int32)
         elif voice.codes is None:
             mode, reason = X_VECTOR, "the voice has no reference codes"
@@ -514,7 +542,7 @@ class Engine:
         predictor = dict(temperature=temperature, top_k=top_k, top_p=top_p)
         self._ctx.model_info()  # raises ValueError("...closed") now rather than in the stream
         return Synthesis(self, segments, voice, language, ref_codes, ref_ids, mode, reason, seed, talker, predictor,
-                         max_frames, started)
+                         max_frames, stream_frame_cap(text), started)
 
     def synthesize_to_file(self, text: str, voice: Voice, path: str | os.PathLike, language: str = "auto",
                            ref_text: str | None = None, **kwargs) -> SynthesisResult:

@@ -19,12 +19,13 @@ vocabulary and on the real Qwen one.
 from __future__ import annotations
 
 import bisect
-import json
 import os
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelError, VocableError
+from .untrusted import parse_json
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -53,7 +54,8 @@ CONFIG_SPECIAL_KEYS = {"im_start": "im_start_token_id", "im_end": "im_end_token_
 
 
 class TextError(VocableError, ValueError):
-    """A text cannot be spoken: empty, only whitespace, not a string, or not valid Unicode."""
+    """A text cannot be spoken: empty, nothing to speak in it (split_for_synthesis), not a string,
+    or not valid Unicode."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,20 @@ class PromptIds:
         return list(self.ids[ROLE_LEN:len(self.ids) - self.tail])
 
 
+def _is_silent(ch: str) -> bool:
+    """A character with no sound and no width: a control or format character (zero-width space
+    and joiners, direction marks, soft hyphen, ...) or a variation selector."""
+    o = ord(ch)
+    return (unicodedata.category(ch) in ("Cc", "Cf") and not ch.isspace()
+            or 0xFE00 <= o <= 0xFE0F or 0xE0100 <= o <= 0xE01EF)
+
+
+def has_speech(text: str) -> bool:
+    """Whether `text` has something to speak: a letter, a digit or a symbol ("%", "+", an
+    emoji). Punctuation, spaces and invisible characters alone are not speech."""
+    return any(unicodedata.category(ch)[0] in "LNS" for ch in text)
+
+
 def _check_text(text: object, what: str) -> str:
     if not isinstance(text, str):
         raise TextError(f"the {what} must be a string, got {type(text).__name__}")
@@ -105,9 +121,9 @@ class TextTokenizer:
         from tokenizers.models import BPE
 
         try:
-            vocab = json.loads(vocab_json)
-            config = json.loads(tokenizer_config_json)
-        except json.JSONDecodeError as e:
+            vocab = parse_json(vocab_json)
+            config = parse_json(tokenizer_config_json)
+        except ValueError as e:
             raise ModelError(f"the model's text tokenizer is corrupt (invalid JSON: {e})") from None
         if not isinstance(vocab, dict) or not vocab or not isinstance(config, dict):
             raise ModelError("the model's text tokenizer is corrupt (vocab.json or tokenizer_config.json "
@@ -156,7 +172,10 @@ class TextTokenizer:
                 from None
         named = [config.get(k, "<|endoftext|>" if k != "bos_token" else None)
                  for k in ("bos_token", "eos_token", "unk_token", "pad_token")]
-        named += list(config.get("additional_special_tokens") or [])
+        additional = config.get("additional_special_tokens") or []
+        if not isinstance(additional, list):
+            raise ModelError("the model's tokenizer_config.json has a malformed additional_special_tokens")
+        named += additional
         for t in named:
             if isinstance(t, dict):
                 t = t.get("content")
@@ -206,9 +225,9 @@ class TextTokenizer:
             except (OSError, UnicodeDecodeError) as e:
                 raise ModelError(f"cannot read {root / name}: {e}") from None
         try:
-            config = json.loads(texts["config.json"])
+            config = parse_json(texts["config.json"])
             special = SpecialIds(**{f: int(config[k]) for f, k in CONFIG_SPECIAL_KEYS.items()})
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError) as e:
             raise ModelError(f"{root / 'config.json'} lacks the text special token ids ({e!r})") from None
         return cls(texts["vocab.json"], texts["merges.txt"], texts["tokenizer_config.json"], special)
 
@@ -307,6 +326,7 @@ class TextTokenizer:
 MAX_SEGMENT_UNITS = 300
 SPEECH_SECONDS_PER_UNIT = 20.0 / MAX_SEGMENT_UNITS
 MIN_SEGMENT_UNITS = 16
+WORD_UNITS = 5  # a short word read out ("seven", "percent")
 
 # Sentence ends that need a following space (or end of text) in Latin and other spaced scripts.
 _SPACED_TERMINALS = ".!?\u2026\u0964\u0965\u061f\u06d4\u0589\u1362"  # . ! ? … । ॥ ؟ ۔ ։ ።
@@ -338,11 +358,14 @@ def _is_cjk(ch: str) -> bool:
 
 def speech_units(text: str) -> int:
     """A rough measure of how long `text` takes to speak (see MAX_SEGMENT_UNITS): 1 per
-    character, 3 per CJK ideograph, 2 per kana or hangul syllable; a run of spaces counts 1."""
+    character, 3 per CJK ideograph, 2 per kana or hangul syllable; a run of spaces counts 1,
+    invisible characters (zero-width, control, format) nothing."""
     units = 0
     prev_space = False
     for ch in text:
         o = ord(ch)
+        if _is_silent(ch):
+            continue
         if ch.isspace():
             units += 0 if prev_space else 1
             prev_space = True
@@ -360,6 +383,14 @@ def speech_units(text: str) -> int:
 def expected_speech_seconds(text: str) -> float:
     """About how long `text` takes to speak: MAX_SEGMENT_UNITS speech units are about 20 s."""
     return speech_units(text) * SPEECH_SECONDS_PER_UNIT
+
+
+def longest_speech_seconds(text: str) -> float:
+    """expected_speech_seconds with every digit and symbol read out as a word of WORD_UNITS
+    ("7": "seven", "%": "percent", "1984": four words at most): a bound for texts of numbers,
+    where the expected length is far too short."""
+    words = sum(1 for ch in text if unicodedata.category(ch)[0] in "NS")
+    return (speech_units(text) + (WORD_UNITS - 1) * words) * SPEECH_SECONDS_PER_UNIT
 
 
 def _word_before(s: str, i: int) -> str:
@@ -556,10 +587,16 @@ def split_for_synthesis(text: str, max_units: int = MAX_SEGMENT_UNITS,
     else at spaces; then consecutive sentences of a paragraph are packed into segments of at
     most `max_units`, and a piece under `min_units` joins a neighbour (even across a paragraph,
     or slightly over `max_units`). Each segment is a trimmed slice of the original text, so line
-    breaks and spacing inside it are kept."""
+    breaks and spacing inside it are kept. A segment with nothing to speak (a rule of "-----",
+    a run of invisible characters) is left out: the model would only babble or run on there."""
     if max_units < 2 * min_units:
         raise ValueError("max_units must be at least twice min_units")
     _check_text(text, "text")
+    if not has_speech(text):
+        if all(ch.isspace() or _is_silent(ch) for ch in text):
+            raise TextError("the text is only invisible characters (zero-width or control characters): "
+                            "give some words to speak")
+        raise TextError("the text has nothing to speak (no letters, digits or symbols): give some words to speak")
     if speech_units(text) <= max_units:
         return [text]
     # (start, end, starts_paragraph) per piece
@@ -583,4 +620,4 @@ def split_for_synthesis(text: str, max_units: int = MAX_SEGMENT_UNITS,
     # a tiny last segment joins the one before it
     if len(segments) > 1 and speech_units(text[segments[-1][0]:segments[-1][1]]) < min_units:
         segments[-2][1] = segments.pop()[1]
-    return [text[a:b] for a, b in segments]
+    return [text[a:b] for a, b in segments if has_speech(text[a:b])]
