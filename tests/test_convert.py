@@ -181,3 +181,137 @@ def test_codec_decoder_weights_stay_f16():
     for weight_type in ("f16", "q8_0", "q4_k"):
         assert _choose_type("cdec.dec.0.conv.weight", "conv", shape, weight_type) == T.F16
     assert _choose_type("cdec.dec.0.conv.weight", "conv", shape, "f32") == T.F32
+
+
+# ---- hostile folders: every malformed input is a ConversionError naming the file -------------------
+
+def rewrite_header(path, change):
+    """Rewrites a safetensors file's JSON header as `change(header)` returns it (a dict, or raw
+    bytes), keeping its data."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    new = change(json.loads(data[8:8 + n]))
+    raw = new if isinstance(new, bytes) else json.dumps(new).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+
+
+def first_tensor(header):
+    return next(k for k in header if k != "__metadata__")
+
+
+def _entry(header, **over):
+    header[first_tensor(header)].update(over)
+    return header
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda h: b"[1, 2, 3]", "not a JSON object"),
+    (lambda h: b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+    (lambda h: json.dumps(h).encode().replace(b"{", b"{\"x\": \"\xff\", ", 1), "not valid JSON"),
+    (lambda h: _entry(h, shape=[-4, 8]), "bad shape or offsets"),
+    (lambda h: _entry(h, shape=[1 << 32, 1 << 32]), "bytes for shape"),  # an int64 product wrapped to 0
+    (lambda h: _entry(h, shape=[1.5]), "bad shape or offsets"),
+    (lambda h: _entry(h, shape=[2] * 100), "bad shape or offsets"),
+    (lambda h: _entry(h, data_offsets=[64, 0]), "bad shape or offsets"),
+    (lambda h: _entry(h, dtype=["F32"]), "unsupported dtype"),
+    (lambda h: _entry(h, dtype="F64"), "unsupported dtype"),
+    (lambda h: {**h, first_tensor(h): "F32"}, "bad header entry"),
+])
+def test_rejects_malformed_safetensors_headers(tmp_path, change, message):
+    src = copy_model(tmp_path)
+    rewrite_header(src / "model.safetensors", change)
+    with pytest.raises(ConversionError, match=message):
+        convert(src, tmp_path / "o.gguf", "f32")
+    assert not (tmp_path / "o.gguf").exists()
+
+
+@pytest.mark.parametrize("index, message", [
+    ('{"weight_map": [1, 2]}', "corrupt"), ('{"weight_map": {"a": ["x"]}}', "corrupt"), ("[]", "corrupt"),
+    ('{"weight_map": {"a": "../../../etc/passwd"}}', "file names"), ("[" * 100_000, "corrupt"),
+    ('{"weight_map": {"a": "missing.safetensors"}}', "is missing"),
+])
+def test_rejects_malformed_shard_index(tmp_path, index, message):
+    src = copy_model(tmp_path)
+    (src / "model.safetensors").unlink()
+    (src / "model.safetensors.index.json").write_text(index)
+    with pytest.raises(ConversionError, match=message):
+        convert(src, tmp_path / "o.gguf", "f32")
+
+
+@pytest.mark.parametrize("name", ["vocab.json", "merges.txt", "tokenizer_config.json"])
+def test_rejects_tokenizer_files_that_are_not_utf8(tmp_path, name):
+    src = copy_model(tmp_path)
+    (src / name).write_bytes((src / name).read_bytes() + b"\xff\xfe")
+    with pytest.raises(ConversionError, match=f"{name} is not UTF-8"):
+        convert(src, tmp_path / "o.gguf", "f32")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: [], "not a JSON object"),
+    (lambda c: b"[" * 100_000, "nested too deeply"),
+    (lambda c: b'{"tts_model_type": "base", "name": "\xff"}', "not valid JSON"),
+    (lambda c: {**c, "talker_config": "oops"}, "not a Qwen3-TTS 12 Hz Base config"),
+    (lambda c: {**c, "talker_config": {**c["talker_config"], "code_predictor_config": [1]}}, "malformed"),
+    (lambda c: {**c, "talker_config": {**c["talker_config"], "hidden_size": "wide"}}, "shape mismatch"),
+    (lambda c: {**c, "talker_config": {**c["talker_config"], "codec_language_id": [1, 2]}}, "malformed"),
+    (lambda c: {**c, "talker_config": {**c["talker_config"], "codec_pad_id": -1}}, "invalid value"),
+    (lambda c: {**c, "talker_config": {**c["talker_config"], "rope_theta": float("nan")}}, "invalid value"),
+    (lambda c: {**c, "talker_config": {**c["talker_config"], "codec_bos_id": 1 << 40}}, "invalid value"),
+    (lambda c: {**c, "im_start_token_id": {"a": 1}}, "invalid value"),
+])
+def test_rejects_malformed_config(tmp_path, change, message):
+    src = copy_model(tmp_path)
+    config = change(json.loads((src / "config.json").read_text()))
+    (src / "config.json").write_bytes(config if isinstance(config, bytes) else json.dumps(config).encode())
+    with pytest.raises(ConversionError, match=message):
+        convert(src, tmp_path / "o.gguf", "f32")
+    assert list(tmp_path.glob("o.gguf*")) == []
+
+
+def test_a_config_claiming_a_billion_layers_stops_at_the_first_missing_one(tmp_path):
+    import time
+    src = copy_model(tmp_path)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["talker_config"]["num_hidden_layers"] = 10 ** 9
+    (src / "config.json").write_text(json.dumps(cfg))
+    start = time.perf_counter()
+    with pytest.raises(ConversionError, match="lacks the tensor for talker.blk"):
+        convert(src, tmp_path / "o.gguf", "f32")
+    assert time.perf_counter() - start < 30
+
+
+def test_rejects_a_codebook_usage_of_the_wrong_shape(tmp_path):
+    src = copy_model(tmp_path)
+    usage = "decoder.quantizer.rvq_first.vq.layers.0._codebook.cluster_usage"
+
+    def shorter(h):
+        begin, _ = h[usage]["data_offsets"]
+        h[usage].update(shape=[1024], data_offsets=[begin, begin + 4096])
+        return h
+
+    rewrite_header(src / "speech_tokenizer" / "model.safetensors", shorter)
+    with pytest.raises(ConversionError, match="cluster_usage has shape"):
+        convert(src, tmp_path / "o.gguf", "f32")
+
+
+def test_a_device_or_fifo_as_output_is_refused(tmp_path):
+    import os
+    fifo = tmp_path / "out.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(ConversionError, match="not a regular file"):
+        convert(fixture_dir("0.6b") / "model", fifo, "f32")
+    assert fifo.is_fifo()
+
+
+def test_a_full_disk_names_the_file_and_the_cause(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    out = tmp_path / "o.gguf"
+    with pytest.raises(ConversionError, match=f"cannot write the converted model {out}: No space left on device"):
+        convert(fixture_dir("0.6b") / "model", out, "f32")
+    assert list(tmp_path.iterdir()) == []

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from vocable.errors import ModelError
+
 LOAD = """
 import json, sys
 from vocable import Engine, ModelError
@@ -196,3 +198,28 @@ def test_bad_metadata_values_are_refused(converted, tmp_path, key, value):
     result = try_load(craft_gguf(src, tmp_path / "meta.gguf", kv={key: (value, vtype)}))
     assert not result["ok"], result
     assert "corrupt" in result["error"] and key in result["error"] or "vocabulary" in result["error"], result
+
+
+# ---- text in the metadata that is not UTF-8 ----------------------------------------------------
+
+def with_bad_byte_in(src, dst, key: str):
+    """A copy of the model whose string value of `key` starts with the byte 0xFF (never UTF-8)."""
+    data = bytearray(src.read_bytes())
+    at = data.index(key.encode()) + len(key) + 4 + 8  # past the key, the value type and the length
+    data[at] = 0xFF
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+# general.name is read by no one at load, model_size is the engine's model name, and the
+# architecture goes into the engine's log lines: each gave a raw UnicodeDecodeError.
+@pytest.mark.parametrize("key", ["general.name", "qwen3-tts.model_size", "general.architecture",
+                                 "tokenizer.merges_txt"])
+def test_metadata_that_is_not_utf8_is_refused(converted, tmp_path, key):
+    from vocable.models import ModelStore
+
+    bad = with_bad_byte_in(converted("0.6b", "q8_0"), tmp_path / "latin1.gguf", key)
+    result = try_load(bad)
+    assert not result["ok"] and "not UTF-8" in result["error"] and str(bad) in result["error"], result
+    with pytest.raises(ModelError, match="not UTF-8"):
+        ModelStore(tmp_path / "store").describe(bad)

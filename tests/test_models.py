@@ -85,9 +85,26 @@ def _bad_models(folder, converted):
         + struct.pack("<I", 77) + b"\0" * 16, "unknown type 77")
     put("deep-array.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"key"
         + (struct.pack("<IIQ", 9, 9, 1 << 40) * 10), "truncated|unknown type")
+    put("latin1-value.gguf", _gguf_kv(("general.description", 8, struct.pack("<Q", 4) + b"caf\xe9")), "not UTF-8")
+    put("latin1-key.gguf", _gguf_kv(("gen\xe9ral.name", 8, struct.pack("<Q", 1) + b"x")), "not UTF-8")
+    put("latin1-in-array.gguf", _gguf_kv(("general.tags", 9, struct.pack("<IQ", 8, 2) + struct.pack("<Q", 1) + b"a"
+                                          + struct.pack("<Q", 1) + b"\xff")), "not UTF-8")
+    for alignment in (0, 3, 1 << 20):
+        put(f"alignment-{alignment}.gguf", _gguf_kv(("general.alignment", 4, struct.pack("<I", alignment))),
+            "invalid alignment")
+    put("alignment-text.gguf", _gguf_kv(("general.alignment", 8, struct.pack("<Q", 2) + b"32")), "invalid alignment")
     _gguf_other_arch(folder / "llama.gguf")
     files.append((folder / "llama.gguf", "for 'llama', not a Qwen3-TTS"))
     return files
+
+
+def _gguf_kv(*entries: tuple[str, int, bytes]) -> bytes:
+    """A GGUF with these (key, value type, encoded value) pairs, no tensors, padded to 64 bytes."""
+    data = b"GGUF" + struct.pack("<IQQ", 3, 0, len(entries))
+    for key, vtype, value in entries:
+        raw = key.encode("latin-1")
+        data += struct.pack("<Q", len(raw)) + raw + struct.pack("<I", vtype) + value
+    return data + b"\0" * 64
 
 
 def test_damaged_and_foreign_files_are_refused(tmp_path, converted):
@@ -110,6 +127,22 @@ def test_listing_skips_unusable_files(converted, caplog):
     _bad_models(store.root, converted)
     assert [e.path for e in store.entries()] == [good.path]
     assert "skipping" in caplog.text
+
+
+def test_header_values_of_the_wrong_kind_are_errors_not_crashes(tmp_path):
+    """A kept value may be of any GGUF type: a file type that is an array once raised TypeError
+    (unhashable list), and a kept array of millions of items would be built as a Python list."""
+    path = tmp_path / "odd.gguf"
+    path.write_bytes(_gguf_kv(("general.architecture", 8, struct.pack("<Q", 9) + b"qwen3-tts"),
+                              ("qwen3-tts.model_type", 8, struct.pack("<Q", 4) + b"base"),
+                              ("qwen3-tts.format_version", 4, struct.pack("<I", 2)),
+                              ("general.file_type", 9, struct.pack("<IQ", 4, 2) + struct.pack("<II", 1, 2))))
+    assert ModelStore().describe(path).weight_type.startswith("type [1, 2]")
+    many = 1 << 21
+    path.write_bytes(_gguf_kv(("qwen3-tts.talker.language_names", 9, struct.pack("<IQ", 0, many) + bytes(many))))
+    with pytest.raises(ModelError, match="metadata array of 2097152 items"):
+        read_gguf_header(path, {"qwen3-tts.talker.language_names"})
+    assert read_gguf_header(path, set())["file_size"] == path.stat().st_size  # skipped, it is only bytes
 
 
 def test_header_reader_reads_only_the_header(converted):

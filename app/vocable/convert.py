@@ -11,7 +11,7 @@ type). Tensor names and metadata keys follow native/src/gguf-names.h.
 """
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
 import sys
@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .safetensors_reader import SafetensorsError, TensorRef, open_checkpoint
+from .untrusted import parse_json
 
 ARCH = "qwen3-tts"
 FORMAT_VERSION = 2  # native/src/gguf-names.h QT_FORMAT_VERSION
@@ -147,12 +148,27 @@ _SPEAKER_DEFAULTS = dict(mel_dim=128, enc_dim=1024, enc_channels=[512, 512, 512,
 
 
 def _read_json(path: Path) -> dict:
+    """A JSON object from the model folder; ConversionError for anything else."""
     if not path.is_file():
         raise ConversionError(f"{path} is missing: is this a downloaded Qwen3-TTS model folder?")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = parse_json(path.read_bytes())
     except (OSError, ValueError) as e:
         raise ConversionError(f"{path} is unreadable or not valid JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise ConversionError(f"{path} is not a model configuration (not a JSON object)")
+    return value
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise ConversionError(f"{path} is missing: the text tokenizer files are part of the model folder")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConversionError(f"{path} is not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise ConversionError(f"cannot read {path}: {e.strerror or e}") from e
 
 
 @dataclass
@@ -200,18 +216,17 @@ def read_model_folder(root: Path) -> ModelFolder:
                               "only the 12 Hz tokenizer is supported")
     speech_config = _read_json(root / "speech_tokenizer" / "config.json")
     generation_config = _read_json(root / "generation_config.json") if (root / "generation_config.json").exists() else {}
-    tokenizer_files = {}
-    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
-        path = root / name
-        if not path.is_file():
-            raise ConversionError(f"{path} is missing: the text tokenizer files are part of the model folder")
-        tokenizer_files[name] = path.read_text(encoding="utf-8")
+    tokenizer_files = {name: _read_text(root / name)
+                       for name in ("vocab.json", "merges.txt", "tokenizer_config.json")}
+    folder = ModelFolder(root, config, speech_config, generation_config, tokenizer_files,
+                         model_card_license(root / "README.md"))
     try:
-        folder = ModelFolder(root, config, speech_config, generation_config, tokenizer_files,
-                             model_card_license(root / "README.md"))
-        folder.talker, folder.predictor, folder.decoder  # noqa: B018  (presence check)
-    except KeyError as e:
+        sections = (folder.talker, folder.predictor, folder.decoder)
+    except (KeyError, TypeError) as e:
         raise ConversionError(f"{root}/config.json lacks {e}: not a Qwen3-TTS 12 Hz Base config") from e
+    if not all(isinstance(section, dict) for section in sections):
+        raise ConversionError(f"{root}/config.json has a malformed talker, code predictor or decoder section: "
+                              "not a Qwen3-TTS 12 Hz Base config")
     return folder
 
 
@@ -379,6 +394,9 @@ def plan(m: ModelFolder, weight_type: str) -> list[PlannedTensor]:
                 usage = tensors.get(usage_name)
                 if usage is None:
                     raise ConversionError(f"checkpoint lacks {usage_name}")
+                if len(ref.shape) != 2 or usage.shape != ref.shape[:1]:
+                    raise ConversionError(f"{usage_name} has shape {list(usage.shape)}; its codebook "
+                                          f"{hf_name} has shape {list(ref.shape)}")
             shape = _stored_shape(kind, ref.shape)
             out.append(PlannedTensor(name, ref, usage, kind, shape, _choose_type(name, kind, shape, weight_type)))
     _check_shapes(out, m)
@@ -386,36 +404,39 @@ def plan(m: ModelFolder, weight_type: str) -> list[PlannedTensor]:
 
 
 def _check_shapes(tensors: list[PlannedTensor], m: ModelFolder) -> None:
-    """Shapes that follow directly from the config; the engine checks every other one at load."""
+    """Shapes that follow directly from the config; the engine checks every other one at load.
+    Each is checked as it is named, so a config claiming a billion layers stops at the first
+    layer the checkpoint lacks."""
     t, p = m.talker, m.predictor
-    expected = {
-        "talker.codec_embd.weight": (t["vocab_size"], t["hidden_size"]),
-        "talker.text_embd.weight": (t["text_vocab_size"], t["text_hidden_size"]),
-        "talker.codec_head.weight": (t["vocab_size"], t["hidden_size"]),
-        "talker.output_norm.weight": (t["hidden_size"],),
-        "cp.output_norm.weight": (p["hidden_size"],),
-        "spk.fc.weight": (m.speaker["enc_dim"], 1, 2 * m.speaker["enc_channels"][-1]),
-    }
-    for prefix, c in (("talker", t), ("cp", p)):
-        h, nh, nkv, hd, ffn = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
-                               c["head_dim"], c["intermediate_size"])
-        for i in range(c["num_hidden_layers"]):
-            b = f"{prefix}.blk.{i}."
-            expected.update({b + "attn_q.weight": (nh * hd, h), b + "attn_k.weight": (nkv * hd, h),
-                             b + "attn_v.weight": (nkv * hd, h), b + "attn_o.weight": (h, nh * hd),
-                             b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,),
-                             b + "ffn_gate.weight": (ffn, h), b + "ffn_up.weight": (ffn, h),
-                             b + "ffn_down.weight": (h, ffn)})
-    for q in range(t["num_code_groups"] - 1):
-        expected[f"cp.head.{q}.weight"] = (p["vocab_size"], p["hidden_size"])
-        expected[f"cp.codec_embd.{q}.weight"] = (p["vocab_size"], t["hidden_size"])  # embeds in talker space
     present = {pt.name: pt for pt in tensors}
-    for name, shape in expected.items():
+
+    def check(name: str, shape: tuple) -> None:
         if name not in present:
             raise ConversionError(f"the checkpoint lacks the tensor for {name} (an incomplete or different model?)")
         if tuple(present[name].shape) != tuple(shape):
             raise ConversionError(f"shape mismatch for {present[name].source.name}: {list(present[name].source.shape)} "
                                   f"in the checkpoint, but its config.json implies {list(shape)}")
+
+    check("talker.codec_embd.weight", (t["vocab_size"], t["hidden_size"]))
+    check("talker.text_embd.weight", (t["text_vocab_size"], t["text_hidden_size"]))
+    check("talker.codec_head.weight", (t["vocab_size"], t["hidden_size"]))
+    check("talker.output_norm.weight", (t["hidden_size"],))
+    check("cp.output_norm.weight", (p["hidden_size"],))
+    check("spk.fc.weight", (m.speaker["enc_dim"], 1, 2 * m.speaker["enc_channels"][-1]))
+    for prefix, c in (("talker", t), ("cp", p)):
+        h, nh, nkv, hd, ffn = (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
+                               c["head_dim"], c["intermediate_size"])
+        for i in range(c["num_hidden_layers"]):
+            b = f"{prefix}.blk.{i}."
+            for name, shape in ((b + "attn_q.weight", (nh * hd, h)), (b + "attn_k.weight", (nkv * hd, h)),
+                                (b + "attn_v.weight", (nkv * hd, h)), (b + "attn_o.weight", (h, nh * hd)),
+                                (b + "attn_q_norm.weight", (hd,)), (b + "attn_k_norm.weight", (hd,)),
+                                (b + "ffn_gate.weight", (ffn, h)), (b + "ffn_up.weight", (ffn, h)),
+                                (b + "ffn_down.weight", (h, ffn))):
+                check(name, shape)
+    for q in range(t["num_code_groups"] - 1):
+        check(f"cp.head.{q}.weight", (p["vocab_size"], p["hidden_size"]))
+        check(f"cp.codec_embd.{q}.weight", (p["vocab_size"], t["hidden_size"]))  # embeds in talker space
 
 
 # ---- writing --------------------------------------------------------------------------------
@@ -486,8 +507,15 @@ def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn
     if weight_type not in WEIGHT_TYPES:
         raise ConversionError(f"unknown weight type {weight_type!r}; choose one of {', '.join(WEIGHT_TYPES)}")
     folder = read_model_folder(Path(src))
-    tensors = plan(folder, weight_type)
+    try:
+        metadata = _metadata(folder)
+        tensors = plan(folder, weight_type)
+    except (LookupError, TypeError, ValueError, AttributeError, ArithmeticError) as e:  # a config of the wrong shape
+        raise ConversionError(f"{folder.root} is not a usable Qwen3-TTS model folder: its configuration is malformed "
+                              f"({type(e).__name__}: {e})") from None
     out = Path(out)
+    if os.path.lexists(out) and not out.is_file():  # renaming over a device or a FIFO would replace it
+        raise ConversionError(f"cannot write the converted model {out}: it exists and is not a regular file")
     partial = out.with_name(out.name + ".partial")
     file_type = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 14}[weight_type]
     try:
@@ -497,7 +525,7 @@ def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn
         if folder.license:
             writer.add_license(folder.license)
         writer.add_uint32(f"{ARCH}.format_version", FORMAT_VERSION)
-        for key, value in _metadata(folder):
+        for key, value in metadata:
             _add_kv(writer, key, value)
         for name, text in folder.tokenizer_files.items():
             writer.add_string(f"tokenizer.{name.replace('.', '_')}", text)
@@ -540,31 +568,35 @@ def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn
         os.fsync(fout.fileno())
         writer.close()
         os.replace(partial, out)
-    except BaseException:
+    except BaseException as e:
         try:
             partial.unlink()
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise ConversionError(f"cannot write the converted model {out}: {e.strerror or e}") from e
         raise
     return out
 
 
 def _add_kv(writer, key: str, value: object) -> None:
+    """Adds a value of the config; ConversionError for one the GGUF type cannot hold (a
+    negative count, a number too large, a NaN) rather than a struct error or a silent wrap."""
     import gguf
     if isinstance(value, bool):
         writer.add_bool(key, value)
-    elif isinstance(value, int):
+    elif isinstance(value, int) and 0 <= value < 1 << 32:
         writer.add_uint32(key, value)
-    elif isinstance(value, float):
+    elif isinstance(value, float) and math.isfinite(value) and abs(value) <= np.finfo(np.float32).max:
         writer.add_float32(key, value)
     elif isinstance(value, str):
         writer.add_string(key, value)
-    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         writer.add_array(key, value)
-    elif isinstance(value, list):
-        writer.add_key_value(key, [int(v) for v in value], gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT32)
+    elif isinstance(value, list) and all(isinstance(v, int) and -(1 << 31) <= v < 1 << 31 for v in value):
+        writer.add_key_value(key, value, gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT32)
     else:
-        raise TypeError(f"metadata {key}: unsupported value {value!r}")
+        raise ConversionError(f"the model's configuration has an invalid value for {key}: {str(value)[:80]}")
 
 
 def print_progress(stream=sys.stderr) -> ProgressFn:

@@ -1,6 +1,7 @@
-"""A GGUF file's metadata without its tensors: every length is checked against the file size, so
-any file, however damaged or hostile, gives a ModelError and never a crash or a huge allocation.
-Much quicker than gguf.GGUFReader, which maps the file and builds a view of every tensor.
+"""A GGUF file's metadata without its tensors: every length is checked against the file size, and
+every string (kept or not) must be UTF-8, as GGUF requires, so any file, however damaged or
+hostile, gives a ModelError and never a crash or a huge allocation. Much quicker than
+gguf.GGUFReader, which maps the file and builds a view of every tensor.
 
     meta = read_gguf_header(path, {"general.name", "general.file_type"})
 """
@@ -18,6 +19,7 @@ _STRING, _ARRAY = 8, 9
 MAX_KV = 1 << 20
 MAX_TENSORS = 1 << 20
 MAX_KEY_BYTES = 1 << 16
+MAX_KEPT_ITEMS = 1 << 20   # items of an array that is returned (a language list has tens)
 
 
 class _Reader:
@@ -46,13 +48,12 @@ class _Reader:
         n = self.unpack("<Q")
         if limit is not None and n > limit:
             raise ModelError(f"{self.what} has an oversized key: not a GGUF model file")
-        if not keep:
-            self.skip(n)
-            return None
         try:
-            return self.read(n).decode("utf-8")
-        except UnicodeDecodeError:
-            raise ModelError(f"{self.what} has text that is not UTF-8: not a GGUF model file") from None
+            text = self.read(n).decode("utf-8")  # decoded even when skipped: the engine reads it too
+        except UnicodeDecodeError as e:
+            raise ModelError(f"{self.what} has text that is not UTF-8 (at byte {self.f.tell() - n + e.start}): "
+                             "not a GGUF model file") from None
+        return text if keep else None
 
     def value(self, vtype: int, keep: bool, depth: int = 0):
         if vtype in _SCALARS:
@@ -68,6 +69,8 @@ class _Reader:
             if count > self.size:
                 raise ModelError(f"{self.what} is truncated or not a GGUF model file")
             if keep:
+                if count > MAX_KEPT_ITEMS:
+                    raise ModelError(f"{self.what} has a metadata array of {count} items: not a Vocable model file")
                 return [self.value(item_type, True, depth + 1) for _ in range(count)]
             if item_type in _SCALARS:
                 self.skip(count * struct.calcsize(_SCALARS[item_type]))
@@ -85,7 +88,8 @@ def read_gguf_header(path: Path, keys: Collection[str]) -> dict:
     from gguf import GGML_QUANT_SIZES
 
     path = Path(path)
-    what = path.name
+    what = str(path)
+    wanted = set(keys) | {"general.alignment"}
     try:
         size = path.stat().st_size
         f = open(path, "rb")
@@ -105,8 +109,8 @@ def read_gguf_header(path: Path, keys: Collection[str]) -> dict:
         for _ in range(n_kv):
             key = r.string(MAX_KEY_BYTES)
             vtype = r.unpack("<I")
-            value = r.value(vtype, key in keys)
-            if key in keys:
+            value = r.value(vtype, key in wanted)
+            if key in wanted:
                 meta[key] = value
         data_end = 0
         for _ in range(n_tensors):
@@ -125,10 +129,13 @@ def read_gguf_header(path: Path, keys: Collection[str]) -> dict:
             if dims[0] % block or elements > size * block:
                 raise ModelError(f"{what}: tensor {name[:60]!r} has an impossible shape {dims}")
             data_end = max(data_end, offset + elements // block * type_size)
-        alignment = meta.get("general.alignment") or 32
-        if not isinstance(alignment, int) or not 1 <= alignment <= 1 << 16:
-            raise ModelError(f"{what} has an invalid alignment")
+        alignment = meta.get("general.alignment", 32)
+        if (not isinstance(alignment, int) or isinstance(alignment, bool) or not 1 <= alignment <= 1 << 16
+                or alignment & (alignment - 1)):
+            raise ModelError(f"{what} has an invalid alignment {str(alignment)[:20]} (a power of two is needed)")
         data_start = -(-f.tell() // alignment) * alignment
+    if "general.alignment" not in keys:
+        meta.pop("general.alignment", None)
     meta["data_start"] = data_start
     meta["data_end"] = data_start + data_end
     meta["file_size"] = size

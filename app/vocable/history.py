@@ -28,6 +28,7 @@ import numpy as np
 from . import paths
 from .audio_io import _file_format, read_audio, write_audio
 from .errors import AudioError, VocableError
+from .untrusted import parse_json
 
 log = logging.getLogger("vocable.history")
 
@@ -111,15 +112,15 @@ class History:
         record = {"format": FORMAT, "version": FORMAT_VERSION, "id": entry_id, "text": text,
                   "voice_name": voice_name, "settings": settings, "created": created.isoformat(),
                   "seconds": x.size / float(sample_rate), "sample_rate": int(sample_rate), "audio": audio_path.name}
+        json_path = self.root / f"{entry_id}.json"
         try:
-            paths.atomic_write_text(self.root / f"{entry_id}.json",
-                                    json.dumps(record, ensure_ascii=False, indent=1))
+            paths.atomic_write_text(json_path, json.dumps(record, ensure_ascii=False, indent=1))
         except OSError as e:
             with contextlib.suppress(OSError):
                 audio_path.unlink()
-            raise HistoryError(f"cannot write the history entry in {self.root}: {e.strerror or e}") from e
+            raise HistoryError(f"cannot write the history entry {json_path}: {e.strerror or e}") from e
         log.info("history: kept %s (%.1f s)", entry_id, record["seconds"])
-        return self._read(self.root / f"{entry_id}.json")
+        return self._read(json_path)
 
     def entries(self) -> list[HistoryEntry]:
         """Every entry, newest first; unreadable ones are skipped and logged."""
@@ -203,7 +204,7 @@ class History:
                 raise HistoryError(f"{name} is not a regular file")
             if path.stat().st_size > MAX_JSON_BYTES:
                 raise HistoryError(f"{name} is too large for a history entry")
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = parse_json(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise HistoryError(f"{name} is unreadable ({e})") from e
         if not isinstance(record, dict) or record.get("format") != FORMAT:

@@ -134,7 +134,7 @@ class ModelStore:
             raise ModelError(f"{gguf.name} is truncated ({meta['file_size']} of {meta['data_end']} bytes): "
                              "copy or download it again")
         file_type = meta.get("general.file_type")
-        weight_type = FILE_TYPES.get(file_type, f"type {file_type}")
+        weight_type = (FILE_TYPES.get(file_type) if isinstance(file_type, int) else None) or f"type {str(file_type)[:20]}"
         tag = str(meta.get(f"{ARCH}.model_size") or "")
         variant = variant_name(tag)
         name = str(meta.get("general.name") or gguf.stem)
@@ -156,7 +156,7 @@ class ModelStore:
         try:
             paths.atomic_copy(gguf, dest)
         except OSError as e:
-            raise ModelError(f"cannot copy {gguf.name} into {self.root}: {e.strerror or e}") from e
+            raise ModelError(f"cannot copy {gguf} to {dest}: {e.strerror or e}") from e
         log.info("model %s added as %s", gguf, dest.name)
         return self.describe(dest)
 
@@ -186,9 +186,6 @@ class ModelStore:
             info = read_model_folder(folder)
         except ConversionError as e:
             raise ModelError(str(e)) from None
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a config of the wrong shape
-            raise ModelError(f"{folder} is not a usable Qwen3-TTS model folder: its configuration is malformed "
-                             f"({type(e).__name__}: {e})") from None
         checkpoint = sum(p.stat().st_size for p in folder.rglob("*.safetensors") if p.is_file())
         self._check_space(int(checkpoint * _SIZE_FACTOR[weight_type]), "convert the model")
         variant = variant_name(str(info.config.get("tts_model_size", "")))
@@ -212,11 +209,6 @@ class ModelStore:
             raise
         except ConversionError as e:
             raise ModelError(str(e)) from None
-        except OSError as e:
-            raise ModelError(f"cannot write the converted model to {self.root}: {e.strerror or e}") from e
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-            raise ModelError(f"cannot convert {folder}: its configuration or weights are malformed "
-                             f"({type(e).__name__}: {e})") from None
         try:
             entry = self.describe(out)
         except ModelError:

@@ -6,13 +6,15 @@ shifting the 16 stored bits into the high half of a float32).
 """
 from __future__ import annotations
 
-import json
+import math
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .untrusted import parse_json
 
 _DTYPES = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2), "BF16": (np.dtype("<u2"), 2),
            "I64": (np.dtype("<i8"), 8), "I32": (np.dtype("<i4"), 4), "BOOL": (np.dtype("u1"), 1),
@@ -34,7 +36,7 @@ class TensorRef:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)
 
     def rows_f32(self, start: int, stop: int) -> np.ndarray:
         """Rows [start, stop) of the tensor viewed as [shape[0], -1], as float32."""
@@ -58,11 +60,13 @@ class SafetensorsFile:
                 if header_len > min(size - 8, 100 * 1024 * 1024):
                     raise SafetensorsError(f"{self.path} is truncated or not a safetensors file "
                                            f"(header of {header_len} bytes in a {size}-byte file)")
-                header = json.loads(f.read(header_len))
+                header = parse_json(f.read(header_len))
         except OSError as e:
             raise SafetensorsError(f"cannot read {self.path}: {e.strerror or e}") from e
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise SafetensorsError(f"{self.path} is corrupt: its header is not valid JSON") from e
+        except ValueError as e:
+            raise SafetensorsError(f"{self.path} is corrupt: its header is not valid JSON ({e})") from e
+        if not isinstance(header, dict):
+            raise SafetensorsError(f"{self.path} is corrupt: its header is not a JSON object")
         self._data_start = 8 + header_len
         self._map: np.memmap | None = None
         self.tensors: dict[str, TensorRef] = {}
@@ -71,23 +75,29 @@ class SafetensorsFile:
             if name == "__metadata__":
                 continue
             try:
-                dtype, shape, (begin, end) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
+                dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
             except (KeyError, TypeError, ValueError) as e:
-                raise SafetensorsError(f"{self.path} is corrupt: bad header entry for {name!r}") from e
-            if dtype not in _DTYPES:
-                raise SafetensorsError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype}")
-            ref = TensorRef(self, name, dtype, shape, int(begin), int(end))
+                raise SafetensorsError(f"{self.path} is corrupt: bad header entry for {name[:80]!r}") from e
+            numbers = [*shape, begin, end] if isinstance(shape, list) and len(shape) <= 8 else None
+            if numbers is None or not all(type(n) is int and n >= 0 for n in numbers) or begin > end:
+                raise SafetensorsError(f"{self.path} is corrupt: bad shape or offsets for {name[:80]!r}")
+            if not isinstance(dtype, str) or dtype not in _DTYPES:
+                raise SafetensorsError(f"{self.path}: tensor {name[:80]!r} has unsupported dtype {str(dtype)[:20]}")
+            ref = TensorRef(self, name, dtype, tuple(shape), begin, end)
             if ref.end - ref.begin != ref.numel * _DTYPES[dtype][1]:
-                raise SafetensorsError(f"{self.path} is corrupt: tensor {name!r} has {ref.end - ref.begin} bytes "
+                raise SafetensorsError(f"{self.path} is corrupt: tensor {name[:80]!r} has {ref.end - ref.begin} bytes "
                                        f"for shape {list(shape)} {dtype}")
             if ref.end > data_size:
-                raise SafetensorsError(f"{self.path} is truncated: tensor {name!r} ends at byte "
+                raise SafetensorsError(f"{self.path} is truncated: tensor {name[:80]!r} ends at byte "
                                        f"{self._data_start + ref.end}, the file has {size}")
             self.tensors[name] = ref
 
     def _mapped(self) -> np.memmap:
         if self._map is None:
-            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+            try:
+                self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+            except (OSError, ValueError) as e:
+                raise SafetensorsError(f"cannot read {self.path}: {getattr(e, 'strerror', None) or e}") from e
         return self._map
 
     def read_f32(self, ref: TensorRef, first: int, last: int) -> np.ndarray:
@@ -110,9 +120,12 @@ def open_checkpoint(folder: Path) -> dict[str, TensorRef]:
         return dict(SafetensorsFile(single).tensors)
     if index.is_file():
         try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError) as e:
+            weight_map = parse_json(index.read_bytes())["weight_map"]
+            shards = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise SafetensorsError(f"{index} is corrupt: {e}") from e
+        if not all(isinstance(s, str) and s == Path(s).name and s not in (".", "..") for s in shards):
+            raise SafetensorsError(f"{index} is corrupt: its shards must be file names in {folder}")
         tensors: dict[str, TensorRef] = {}
         for shard in shards:
             if not (folder / shard).is_file():

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import paths
 from .errors import VocableError
+from .untrusted import parse_json
 
 log = logging.getLogger("vocable.settings")
 
@@ -54,7 +55,7 @@ class Settings:
         try:
             if path.stat().st_size > MAX_FILE_BYTES:
                 raise ValueError("the file is too large")
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = parse_json(path.read_text(encoding="utf-8"))
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
         except FileNotFoundError:
