@@ -171,7 +171,9 @@ def test_say_progress_on_a_terminal(tmp_path, cli_env, converted):
     ("empty-text-file", "holds none"),
     ("missing-text-file", "text file not found"),
     ("missing-voice", "voice file not found"),
-    ("bad-voice", "not a readable voice file"),
+    ("bad-voice", "not a Vocable voice file"),
+    ("invisible-text", "only invisible characters"),
+    ("punctuation-text", "nothing to speak"),
     ("bad-ref", "not a readable audio file"),
     ("language", "unknown language 'klingon'"),
     ("out-type", "unknown audio file type '.mp4'"),
@@ -183,6 +185,10 @@ def test_say_errors_are_clear(tmp_path, cli_env, converted, case, expected):
     args = ["--ref", REF, "--text", "Hello."]
     if case == "empty-text":
         args = ["--ref", REF, "--text", "  \n"]
+    elif case == "invisible-text":
+        args = ["--ref", REF, "--text", "\u200b" * 20]
+    elif case == "punctuation-text":
+        args = ["--ref", REF, "--text", "... !?"]
     elif case == "empty-text-file":
         (tmp_path / "t.txt").write_text("\n\n")
         args = ["--ref", REF, "--text-file", tmp_path / "t.txt"]
@@ -220,3 +226,100 @@ def test_version_names_app_engine_abi_and_ggml():
         f"{_engine.ABI_MIN_VERSION} to {_engine.ABI_VERSION}); ggml {_engine.ggml_version()}\n"
         f"CPU backend: {_engine.system_info()}")
     assert _engine.ggml_version()
+
+
+# -- the reference is checked as the app checks it --------------------------------------------------
+
+def reference_variant(tmp_path, name, change) -> str:
+    import soundfile as sf
+    clip, rate = sf.read(str(REF), dtype="float32")
+    path = tmp_path / f"{name}.wav"
+    sf.write(path, change(clip), rate, subtype="FLOAT")
+    return path
+
+
+@pytest.mark.parametrize("name, change, warning", [
+    ("clipped", lambda x: np.clip(20 * x, -1, 1), "warning: clipping:"),
+    ("quiet", lambda x: 0.01 / np.abs(x).max() * x, "warning: too quiet:"),  # peaks at -40 dBFS
+    ("long", lambda x: np.tile(x, -(-70 * 24000 // x.size)), "warning: too long: the reference is 7"),
+])
+def test_embed_warns_as_the_app_does(tmp_path, cli_env, converted, name, change, warning):
+    ref = reference_variant(tmp_path, name, change)
+    proc = vocable("embed", "--model", converted("0.6b", "f32"), "--ref", ref, "--out", tmp_path / "v.voice",
+                   env=cli_env)
+    assert proc.returncode == 0, proc.stderr
+    assert warning in proc.stderr
+    assert (tmp_path / "v.voice").exists()
+
+
+def test_say_warns_about_its_reference_too(tmp_path, cli_env, converted):
+    ref = reference_variant(tmp_path, "clipped", lambda x: np.clip(20 * x, -1, 1))
+    proc = say(converted("0.6b", "f32"), "--ref", ref, "--text", "Hello.", "--max-frames", "2",
+               "--out", tmp_path / "o.wav", env=cli_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: clipping:" in proc.stderr
+
+
+def test_embed_refuses_a_silent_reference(tmp_path, cli_env, converted):
+    ref = reference_variant(tmp_path, "silent", lambda x: np.zeros_like(x))
+    out = tmp_path / "v.voice"
+    proc = vocable("embed", "--model", converted("0.6b", "f32"), "--ref", ref, "--out", out, env=cli_env)
+    assert proc.returncode == 1
+    assert "the reference is silent" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+# -- a failed write names the file and its cause -----------------------------------------------------
+
+def run_with_size_limit(args, env, max_bytes: int):
+    """`python -m vocable ARGS` where writing past `max_bytes` in any file fails (EFBIG), as on a
+    full disk."""
+    import resource
+    import signal
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+    return subprocess.run([sys.executable, "-m", "vocable", *map(str, args)], capture_output=True, text=True,
+                          env=dict(env, PYTHONDONTWRITEBYTECODE="1"), timeout=300, preexec_fn=limit)
+
+
+def test_say_on_a_full_disk(tmp_path, cli_env, converted):
+    import errno
+    import os
+    out = tmp_path / "o.wav"
+    proc = run_with_size_limit(["say", "--model", converted("0.6b", "f32"), "--ref", REF, "--text", "Hello.",
+                                "--max-frames", "9", "--out", out], cli_env, 4096)
+    assert proc.returncode == 1, proc.stderr
+    assert f"vocable: error: cannot write {out}: {os.strerror(errno.EFBIG)}" in proc.stderr
+    assert "Traceback" not in proc.stderr and list(tmp_path.glob("*o.wav*")) == []
+
+
+def test_embed_on_a_full_disk_and_into_a_fifo(tmp_path, cli_env, converted):
+    import errno
+    import os
+    model = converted("0.6b", "f32")
+    out = tmp_path / "v.voice"
+    proc = run_with_size_limit(["embed", "--model", model, "--ref", REF, "--out", out], cli_env, 1024)
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot write the voice file {out}: {os.strerror(errno.EFBIG)}" in proc.stderr
+    assert "Traceback" not in proc.stderr and list(tmp_path.glob("*v.voice*")) == []
+    fifo = tmp_path / "fifo.voice"
+    os.mkfifo(fifo)
+    proc = vocable("embed", "--model", model, "--ref", REF, "--out", fifo, env=cli_env)
+    assert proc.returncode == 1 and f"{fifo}: it exists and is not a regular file" in proc.stderr
+    assert fifo.is_fifo()
+
+
+def test_convert_of_a_malformed_folder_is_an_error_not_a_traceback(tmp_path, cli_env):
+    import json
+    import shutil
+    src = tmp_path / "hf"
+    shutil.copytree(fixture_dir("0.6b") / "model", src)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "talker_config": {**config["talker_config"],
+                                                                             "codec_language_id": [1, 2]}}))
+    proc = vocable("convert", src, tmp_path / "o.gguf", env=cli_env)
+    assert proc.returncode == 1 and "its configuration is malformed" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "o.gguf").exists()

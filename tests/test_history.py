@@ -137,13 +137,15 @@ def test_unusable_audio_is_refused_and_nothing_is_left(audio, message):
 def test_damaged_entries_are_skipped(caplog):
     history = History()
     good = history.add("good", "v", {}, speech(), RATE)
-    broken = [history.add(f"broken {i}", "v", {}, speech(), RATE) for i in range(5)]
+    broken = [history.add(f"broken {i}", "v", {}, speech(), RATE) for i in range(7)]
     (history.root / f"{broken[0].id}.json").write_text("{not json")
     broken[1].audio_path.unlink()
     record = json.loads((history.root / f"{broken[2].id}.json").read_text())
     (history.root / f"{broken[2].id}.json").write_text(json.dumps({**record, "settings": "oops"}))
     (history.root / f"{broken[3].id}.json").write_text(json.dumps({**record, "version": 99}))
     (history.root / f"{broken[4].id}.json").write_text(json.dumps([1, 2, 3]))
+    (history.root / f"{broken[5].id}.json").write_text('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (history.root / f"{broken[6].id}.json").write_bytes(b'{"text": "caf\xe9"}')
     with caplog.at_level(logging.WARNING, logger="vocable.history"):
         assert [e.id for e in history.entries()] == [good.id]
     assert "skipping a history entry" in caplog.text

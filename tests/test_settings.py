@@ -43,7 +43,8 @@ def test_explicit_path(tmp_path):
     assert Settings.load(path).language == "french"
 
 
-@pytest.mark.parametrize("content", ["{not json", "[1, 2]", "", "\x00\x01\x02", '"text"'])
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", "", "\x00\x01\x02", '"text"',
+                                     '{"language": ' + "[" * 100_000 + "]" * 100_000 + "}"])
 def test_a_corrupt_file_gives_defaults_and_is_kept_aside(home, content, caplog):
     path = home / "config" / "settings.json"
     path.parent.mkdir(parents=True)

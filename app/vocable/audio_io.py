@@ -1,6 +1,8 @@
 """Reading audio files and preparing reference clips (no Qt, no engine)."""
 from __future__ import annotations
 
+import io
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,31 +14,68 @@ from .errors import AudioError
 ENGINE_RATE = 24000
 MIN_REFERENCE_SECONDS = 1.0
 MAX_REFERENCE_SECONDS = 60.0
+# A reference keeps its first 60 s after its leading silence is trimmed (reference.py), so a
+# longer file is read only that far, allowing this much silence before the speech starts.
+REFERENCE_LEAD_SECONDS = 30.0
+MIN_RATE, MAX_RATE = 1000, 768000
+MAX_CHANNELS = 64
+# A compressed file can decode to far more than its size (an hour of FLAC silence is a few KB):
+# a read stops short of allocating more float32 samples than this.
+MAX_DECODED_BYTES = 1 << 30
 # Output files by extension: soundfile format and subtype.
 FILE_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS"),
                 ".mp3": ("MP3", "MPEG_LAYER_III")}
 
 
-def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
-    """Samples as float32 [frames, channels] and the sample rate of an audio file
-    (WAV, FLAC, OGG/Vorbis/Opus, MP3 and whatever libsndfile reads)."""
+def read_audio(path: str | Path, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
+    """Samples as float32 [frames, channels] and the sample rate of an audio file (WAV, FLAC,
+    OGG/Vorbis/Opus, MP3 and whatever libsndfile reads): the whole file, or its first
+    `max_seconds`, and nothing more is decoded. AudioError for anything that is not a readable
+    audio file of 1 to MAX_CHANNELS channels at MIN_RATE to MAX_RATE Hz."""
+    samples, rate, _ = _read(Path(path), max_seconds)
+    return samples, rate
+
+
+def read_reference(path: str | Path) -> tuple[np.ndarray, int, float]:
+    """A reference clip's samples (float32 [frames, channels], at most the first
+    MAX_REFERENCE_SECONDS + REFERENCE_LEAD_SECONDS: all a clone can use), its sample rate, and
+    the whole file's length in seconds (for reference.check_reference's source_seconds)."""
+    return _read(Path(path), MAX_REFERENCE_SECONDS + REFERENCE_LEAD_SECONDS)
+
+
+def _read(path: Path, max_seconds: float | None) -> tuple[np.ndarray, int, float]:
     import soundfile as sf
 
-    path = Path(path)
-    if not path.exists():
-        raise AudioError(f"audio file not found: {path}")
-    if path.is_dir():
-        raise AudioError(f"{path} is a folder, not an audio file")
-    if path.stat().st_size == 0:
-        raise AudioError(f"{path} is empty (0 bytes)")
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
+        if not path.exists():
+            raise AudioError(f"audio file not found: {path}")
+        if path.is_dir():
+            raise AudioError(f"{path} is a folder, not an audio file")
+        if not path.is_file():  # a FIFO would block the read for ever
+            raise AudioError(f"{path} is not a regular file")
+        if path.stat().st_size == 0:
+            raise AudioError(f"{path} is empty (0 bytes)")
+    except OSError as e:
+        raise AudioError(f"cannot read {path}: {e.strerror or e}") from e
+    try:
+        with sf.SoundFile(str(path)) as f:
+            rate, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)
+            if not MIN_RATE <= rate <= MAX_RATE:
+                raise AudioError(f"{path.name} has an unsupported sample rate of {rate} Hz "
+                                 f"({MIN_RATE} to {MAX_RATE} Hz are read)")
+            if not 1 <= channels <= MAX_CHANNELS:
+                raise AudioError(f"{path.name} has {channels} channels (1 to {MAX_CHANNELS} are read)")
+            wanted = frames if max_seconds is None else min(frames, math.ceil(max_seconds * rate))
+            if wanted * channels * 4 > MAX_DECODED_BYTES:
+                raise AudioError(f"{path.name} holds {frames / rate / 60:.0f} min of audio in {channels} channel(s): "
+                                 f"more than Vocable reads at once ({MAX_DECODED_BYTES >> 30} GiB of samples)")
+            data = f.read(wanted, dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError, OSError) as e:
         raise AudioError(f"{path.name} is not a readable audio file ({_describe(e)}); "
                          "use WAV, FLAC, OGG or MP3") from e
     if data.shape[0] == 0:
         raise AudioError(f"{path.name} contains no audio samples")
-    return data, int(rate)
+    return data, rate, frames / rate
 
 
 def write_audio(path: str | os.PathLike, samples: np.ndarray, sample_rate: int, subtype: str | None = None) -> Path:
@@ -46,7 +85,7 @@ def write_audio(path: str | os.PathLike, samples: np.ndarray, sample_rate: int, 
     MP3 needs libsndfile 1.1 or newer; without it this raises an AudioError that says so."""
     import soundfile as sf
 
-    from .paths import atomic_writer
+    from .paths import atomic_write_bytes
 
     path = Path(path)
     fmt, default_subtype = _file_format(path)
@@ -58,17 +97,23 @@ def write_audio(path: str | os.PathLike, samples: np.ndarray, sample_rate: int, 
     x = x.astype(np.float32, copy=False)
     if not np.all(np.isfinite(x)):
         raise AudioError(f"cannot write {path.name}: the audio has NaN or infinite samples")
-    if not (isinstance(sample_rate, (int, np.integer)) and 1000 <= int(sample_rate) <= 768000):
+    if not (isinstance(sample_rate, (int, np.integer)) and MIN_RATE <= int(sample_rate) <= MAX_RATE):
         raise AudioError(f"cannot write {path.name}: unsupported sample rate {sample_rate!r} Hz")
     if fmt not in sf.available_formats():
         raise AudioError(f"cannot write {path.name}: this libsndfile ({sf.__libsndfile_version__}) cannot write "
                          f"{fmt} files (MP3 needs libsndfile 1.1 or newer); save as WAV, FLAC or OGG instead")
     x = np.clip(x, -1.0, 1.0)  # integer and lossy encoders would wrap or distort beyond full scale
+    # Encoded in memory, then written by Python: libsndfile reports a failed write as "System
+    # error." without its cause, and its OGG writer ignores one (a full disk gave a cut file).
+    encoded = io.BytesIO()
     try:
-        with atomic_writer(path) as tmp:
-            sf.write(str(tmp), x, int(sample_rate), format=fmt, subtype=subtype or default_subtype)
-    except (OSError, sf.LibsndfileError, RuntimeError, ValueError, TypeError) as e:
-        raise AudioError(f"cannot write {path}: {getattr(e, 'strerror', None) or _describe(e)}") from e
+        sf.write(encoded, x, int(sample_rate), format=fmt, subtype=subtype or default_subtype)
+    except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as e:
+        raise AudioError(f"cannot write {path}: {_describe(e)}") from e
+    try:
+        atomic_write_bytes(path, encoded.getbuffer())
+    except OSError as e:
+        raise AudioError(f"cannot write {path}: {e.strerror or e}") from e
     return path
 
 
@@ -118,7 +163,7 @@ def prepare_reference(samples: np.ndarray, sample_rate: int) -> ReferenceClip:
     x = x.astype(np.float32, copy=False)
     if x.size == 0:
         raise AudioError("the reference audio is empty")
-    if not (isinstance(sample_rate, (int, np.integer)) and 1000 <= int(sample_rate) <= 768000):
+    if not (isinstance(sample_rate, (int, np.integer)) and MIN_RATE <= int(sample_rate) <= MAX_RATE):
         raise AudioError(f"unsupported sample rate {sample_rate!r} Hz")
     if not np.all(np.isfinite(x)):
         bad = int(np.count_nonzero(~np.isfinite(x)))

@@ -26,15 +26,28 @@ def _cmd_convert(args) -> int:
     return 0
 
 
+def _checked_reference(path: str):
+    """The reference clip read and checked as the app checks it (not trimmed: the command line
+    clones the file as it is), with its warnings and notes printed; AudioError when unusable."""
+    from .audio_io import read_reference
+    from .reference import check_reference
+
+    samples, rate, seconds = read_reference(path)
+    check = check_reference(samples, rate, trim=False, source_seconds=seconds)
+    for note in check.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for warning in check.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return check
+
+
 def _cmd_embed(args) -> int:
-    from .audio_io import read_audio
     from .engine import Engine
 
-    samples, rate = read_audio(args.ref)
+    check = _checked_reference(args.ref)
     with Engine(args.model, threads=args.threads, dump_dir=args.dump_dir) as engine:
-        voice = engine.embed_voice(samples, rate, ref_text=args.ref_text, name=args.name or Path(args.ref).stem)
-    for w in voice.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        voice = engine.embed_voice(check.samples, check.sample_rate, ref_text=args.ref_text,
+                                   name=args.name or Path(args.ref).stem)
     voice.save(args.out)
     mode = "in-context (transcript given)" if voice.ref_text else "x-vector only (no transcript)"
     print(f"voice '{voice.name}': {voice.reference_seconds:.2f} s reference, embedding {voice.speaker_embedding.shape[0]}, "
@@ -101,7 +114,6 @@ class _ProgressLine:
 
 
 def _cmd_say(args) -> int:
-    from .audio_io import read_audio
     from .engine import Engine, _file_format, write_audio
     from .voice import Voice
 
@@ -109,13 +121,10 @@ def _cmd_say(args) -> int:
     _file_format(out)
     text = _read_text(args)
     voice = Voice.load(args.voice) if args.voice else None
-    ref = read_audio(args.ref) if args.ref else None
+    ref = _checked_reference(args.ref) if args.ref else None
     with Engine(args.model, threads=args.threads) as engine:
         if voice is None:
-            samples, rate = ref
-            voice = engine.embed_voice(samples, rate, ref_text=args.ref_text, name=Path(args.ref).stem)
-            for w in voice.warnings:
-                print(f"warning: {w}", file=sys.stderr)
+            voice = engine.embed_voice(ref.samples, ref.sample_rate, ref_text=args.ref_text, name=Path(args.ref).stem)
         player = None
         if args.play:
             from .errors import AudioDeviceError

@@ -12,6 +12,7 @@ never half of one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import time
@@ -102,8 +103,11 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[Path]:
     safetensors); when the block ends without an exception the file is flushed to disk and
     renamed to `path`. On an exception it is removed and the old `path` is untouched.
 
-    OSError from the rename propagates (callers turn it into their own error)."""
+    OSError propagates (callers turn it into their own error naming the file), also when `path`
+    is a device, a FIFO or a folder: renaming over one would replace it, not write into it."""
     path = Path(path)
+    if os.path.lexists(path) and not path.is_file():
+        raise OSError(errno.EEXIST, "it exists and is not a regular file", str(path))
     tmp = _temp_path(path)
     try:
         yield tmp
@@ -117,7 +121,7 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[Path]:
     _fsync_dir(path.parent)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes | memoryview) -> Path:
     path = Path(path)
     with atomic_writer(path) as tmp:
         with open(tmp, "xb") as f:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .audio_io import ENGINE_RATE, MAX_REFERENCE_SECONDS, MIN_REFERENCE_SECONDS, prepare_reference
+from .audio_io import ENGINE_RATE, MAX_RATE, MAX_REFERENCE_SECONDS, MIN_RATE, MIN_REFERENCE_SECONDS, prepare_reference
 from .errors import AudioError
 
 FRAME_SECONDS = 0.030
@@ -128,7 +128,7 @@ def _as_float(samples: np.ndarray, sample_rate: int) -> np.ndarray:
     """float32 [n] or [n, channels]; what prepare_reference refuses is refused by it, with its message."""
     x = np.asarray(samples)
     numeric = np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
-    rate_ok = isinstance(sample_rate, (int, np.integer)) and 1000 <= int(sample_rate) <= 768000
+    rate_ok = isinstance(sample_rate, (int, np.integer)) and MIN_RATE <= int(sample_rate) <= MAX_RATE
     if x.ndim not in (1, 2) or not numeric or x.size == 0 or not rate_ok:
         prepare_reference(x, sample_rate)  # raises AudioError saying which
         raise AudioError("the reference audio cannot be used")  # not reached
@@ -141,21 +141,26 @@ def _as_float(samples: np.ndarray, sample_rate: int) -> np.ndarray:
     return x
 
 
-def check_reference(samples: np.ndarray, sample_rate: int, trim: bool = True) -> ReferenceCheck:
+def check_reference(samples: np.ndarray, sample_rate: int, trim: bool = True,
+                    source_seconds: float | None = None) -> ReferenceCheck:
     """Trims leading and trailing silence (when `trim`), mixes down to mono, resamples to 24 kHz
     and says what would make a poor clone. `samples`: [n] or [n, channels], float or integer PCM,
     at any rate. AudioError when the clip cannot be used at all: empty, damaged, silent, or
-    under 1 s (after trimming)."""
+    under 1 s (after trimming). `source_seconds`: the length of the recording when `samples` are
+    only its start (audio_io.read_reference); the warnings then give the recording's length, and
+    the part not read counts as kept (it is past what a clone uses)."""
     x = _as_float(samples, sample_rate)
     rate = int(sample_rate)
     channels = 1 if x.ndim == 1 else x.shape[1]
     mono = x if x.ndim == 1 else x.mean(axis=1)
+    unread_seconds = max(0.0, source_seconds - mono.size / rate) if source_seconds is not None else 0.0
 
     # where the speech is, on the clip as given (its background is there, before any trimming)
     frame = max(1, int(round(FRAME_SECONDS * rate)))
     levels = frame_levels(mono, rate)
     if levels.max() <= SILENCE_DBFS:
-        raise AudioError(f"the reference is silent: no part of it is louder than {SILENCE_DBFS:.0f} dBFS "
+        part = f"of its first {mono.size / rate:.0f} s" if unread_seconds else "of it"
+        raise AudioError(f"the reference is silent: no part {part} is louder than {SILENCE_DBFS:.0f} dBFS "
                          "(is the microphone muted or its level at zero?)")
     threshold = speech_threshold(levels)
     active = np.nonzero(levels > threshold)[0]
@@ -163,9 +168,10 @@ def check_reference(samples: np.ndarray, sample_rate: int, trim: bool = True) ->
     if trim and active.size:
         margin = int(round(TRIM_MARGIN_SECONDS * rate))
         start = max(0, int(active[0]) * frame - margin)
-        end = min(mono.size, (int(active[-1]) + 1) * frame + margin)
+        if not unread_seconds:  # else the recording goes on past what was read: its end is not here
+            end = min(mono.size, (int(active[-1]) + 1) * frame + margin)
     trimmed_start, trimmed_end = start / rate, (mono.size - end) / rate
-    kept_seconds = (end - start) / rate
+    kept_seconds = (end - start) / rate + unread_seconds
     if kept_seconds < MIN_REFERENCE_SECONDS and (start or end < mono.size):
         raise AudioError(f"after trimming the silence only {kept_seconds:.2f} s of the reference are left; at least "
                          f"{MIN_REFERENCE_SECONDS:.0f} s of speech is needed (3 to 10 s works best)")

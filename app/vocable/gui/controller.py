@@ -355,12 +355,12 @@ class Controller(QObject):
     def load_reference_file(self, path: Path) -> None:
         """Reads and checks an audio file on a worker; it becomes the reference."""
         path = Path(path)
-        from ..audio_io import read_audio
+        from ..audio_io import read_reference
         from ..reference import check_reference
 
         def load(_worker):
-            samples, rate = read_audio(path)
-            return check_reference(samples, rate, trim=True)
+            samples, rate, seconds = read_reference(path)
+            return check_reference(samples, rate, trim=True, source_seconds=seconds)
 
         self.status.emit(f"reading {path.name}...")
         workers.start(FunctionWorker(load, f"reading {path.name}"),
