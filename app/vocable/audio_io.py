@@ -27,12 +27,11 @@ FILE_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": 
                 ".mp3": ("MP3", "MPEG_LAYER_III")}
 
 
-def read_audio(path: str | Path, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
+def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     """Samples as float32 [frames, channels] and the sample rate of an audio file (WAV, FLAC,
-    OGG/Vorbis/Opus, MP3 and whatever libsndfile reads): the whole file, or its first
-    `max_seconds`, and nothing more is decoded. AudioError for anything that is not a readable
-    audio file of 1 to MAX_CHANNELS channels at MIN_RATE to MAX_RATE Hz."""
-    samples, rate, _ = _read(Path(path), max_seconds)
+    OGG/Vorbis/Opus, MP3 and whatever libsndfile reads). AudioError for anything that is not a
+    readable audio file of 1 to MAX_CHANNELS channels at MIN_RATE to MAX_RATE Hz."""
+    samples, rate, _ = _read(Path(path), None)
     return samples, rate
 
 
@@ -44,6 +43,8 @@ def read_reference(path: str | Path) -> tuple[np.ndarray, int, float]:
 
 
 def _read(path: Path, max_seconds: float | None) -> tuple[np.ndarray, int, float]:
+    """(samples of the whole file or of its first `max_seconds`: nothing past them is decoded,
+    rate, the whole file's seconds)."""
     import soundfile as sf
 
     try:

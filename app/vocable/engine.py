@@ -431,7 +431,7 @@ class Engine:
             self.info: dict = self._ctx.model_info()
         except _engine.EngineError as e:
             raise ModelError(e.args[0]) from e
-        except UnicodeDecodeError:  # the engine's message or model name, made of bytes from the file
+        except UnicodeDecodeError:  # text the header check did not see: the file replaced since
             raise ModelError(f"{path} has text that is not UTF-8: not a usable model file") from None
         self.model_path = path
         self._lock = threading.Lock()
