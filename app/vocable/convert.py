@@ -221,10 +221,12 @@ def read_model_folder(root: Path) -> ModelFolder:
     folder = ModelFolder(root, config, speech_config, generation_config, tokenizer_files,
                          model_card_license(root / "README.md"))
     try:
-        sections = (folder.talker, folder.predictor, folder.decoder)
-    except (KeyError, TypeError) as e:
+        malformed = not all(isinstance(section, dict) for section in (folder.talker, folder.predictor, folder.decoder))
+    except KeyError as e:
         raise ConversionError(f"{root}/config.json lacks {e}: not a Qwen3-TTS 12 Hz Base config") from e
-    if not all(isinstance(section, dict) for section in sections):
+    except TypeError:  # the talker section is not an object, so the predictor's cannot be looked up in it
+        malformed = True
+    if malformed:
         raise ConversionError(f"{root}/config.json has a malformed talker, code predictor or decoder section: "
                               "not a Qwen3-TTS 12 Hz Base config")
     return folder

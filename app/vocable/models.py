@@ -134,7 +134,8 @@ class ModelStore:
             raise ModelError(f"{gguf.name} is truncated ({meta['file_size']} of {meta['data_end']} bytes): "
                              "copy or download it again")
         file_type = meta.get("general.file_type")
-        weight_type = (FILE_TYPES.get(file_type) if isinstance(file_type, int) else None) or f"type {str(file_type)[:20]}"
+        weight_type = FILE_TYPES.get(file_type) if isinstance(file_type, int) else None
+        weight_type = weight_type or f"type {str(file_type)[:20]}"
         tag = str(meta.get(f"{ARCH}.model_size") or "")
         variant = variant_name(tag)
         name = str(meta.get("general.name") or gguf.stem)
