@@ -27,8 +27,25 @@ else()
     set(_ggml_cache "$ENV{HOME}/.cache/vocable/ggml")
 endif()
 
+# The compilers ggml is built with: the project's, unless a build with another compiler (the
+# clang fuzz build) keeps ggml on the default one and so shares its cached build.
+set(VOCABLE_GGML_C_COMPILER "${CMAKE_C_COMPILER}" CACHE FILEPATH "C compiler for ggml")
+set(VOCABLE_GGML_CXX_COMPILER "${CMAKE_CXX_COMPILER}" CACHE FILEPATH "C++ compiler for ggml")
+if(VOCABLE_GGML_CXX_COMPILER STREQUAL CMAKE_CXX_COMPILER)
+    set(_ggml_compiler "${CMAKE_CXX_COMPILER_ID};${CMAKE_CXX_COMPILER_VERSION}")
+else()
+    execute_process(COMMAND "${VOCABLE_GGML_CXX_COMPILER}" --version OUTPUT_VARIABLE _ggml_banner)
+    execute_process(COMMAND "${VOCABLE_GGML_CXX_COMPILER}" -dumpfullversion OUTPUT_VARIABLE _ggml_version
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(_ggml_banner MATCHES "clang")
+        set(_ggml_compiler "Clang;${_ggml_version}")
+    else()
+        set(_ggml_compiler "GNU;${_ggml_version}")
+    endif()
+endif()
+
 file(READ "${CMAKE_CURRENT_LIST_DIR}/ggml-sharing-barrier.cmake" _ggml_patch)
-string(SHA256 _ggml_key "${VOCABLE_GGML_SDIST_SHA256};${VOCABLE_GGML_OPTIONS};${_ggml_patch};${CMAKE_CXX_COMPILER_ID};${CMAKE_CXX_COMPILER_VERSION};${CMAKE_SYSTEM_PROCESSOR}")
+string(SHA256 _ggml_key "${VOCABLE_GGML_SDIST_SHA256};${VOCABLE_GGML_OPTIONS};${_ggml_patch};${_ggml_compiler};${CMAKE_SYSTEM_PROCESSOR}")
 string(SUBSTRING "${_ggml_key}" 0 16 _ggml_key)
 set(_ggml_prefix "${_ggml_cache}/${VOCABLE_GGML_SDIST_VERSION}-${_ggml_key}")
 
@@ -71,7 +88,7 @@ function(_vocable_build_ggml prefix)
         list(APPEND generator "-DCMAKE_MAKE_PROGRAM=${CMAKE_MAKE_PROGRAM}")
     endif()
     _vocable_ggml_run("configure" "${CMAKE_COMMAND}" -S "${src}" -B "${work}/build" ${generator}
-                      "-DCMAKE_C_COMPILER=${CMAKE_C_COMPILER}" "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}"
+                      "-DCMAKE_C_COMPILER=${VOCABLE_GGML_C_COMPILER}" "-DCMAKE_CXX_COMPILER=${VOCABLE_GGML_CXX_COMPILER}"
                       ${VOCABLE_GGML_OPTIONS})
     _vocable_ggml_run("build" "${CMAKE_COMMAND}" --build "${work}/build" --parallel ${jobs})
     string(TIMESTAMP t1 "%s")

@@ -223,3 +223,20 @@ def test_metadata_that_is_not_utf8_is_refused(converted, tmp_path, key):
     assert not result["ok"] and "not UTF-8" in result["error"] and str(bad) in result["error"], result
     with pytest.raises(ModelError, match="not UTF-8"):
         ModelStore(tmp_path / "store").describe(bad)
+
+
+def test_non_utf8_metadata_in_an_engine_message_is_text(converted, tmp_path):
+    """The engine quotes a file's own bytes in its messages and log lines; the bindings decode
+    them with replacement characters (the Python header check refuses such a file first, so
+    this calls the engine directly, as the check's own fallback would)."""
+    import gguf
+
+    bad = craft_gguf(converted("0.6b", "q8_0"), tmp_path / "latin1.gguf",
+                     kv={"qwen3-tts.model_type": (b"b\xe4se", gguf.GGUFValueType.STRING)})
+    script = ("import sys\nfrom vocable import _engine\nlines = []\n"
+              "try:\n    _engine.Context(sys.argv[1], 1, None, lambda level, text: lines.append(text))\n"
+              "except _engine.EngineError as e:\n    print(ascii(e.args[0]))\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(bad)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "is a 'b\\ufffdse' model" in proc.stdout, proc.stdout
+    assert "UnicodeDecodeError" not in proc.stderr

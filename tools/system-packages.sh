@@ -5,6 +5,7 @@
 #   test   the above, and what the tests drive: espeak-ng (speech-like clips), a PulseAudio
 #          server with a null sink (the playback and recording tests) and its ALSA plugin
 #   bundle the above, and what the bundle's check runs: Xvfb and desktop-file-validate
+#   fuzz   the above, and clang 14 with its libFuzzer and sanitizer runtimes (tools/fuzz.sh)
 # On Debian or Ubuntu it installs the missing ones with apt-get, as root or through sudo
 # without a password prompt; where it cannot, it prints the command to run and goes on (the
 # parts that need a missing package then say so or skip with the reason). Elsewhere it lists
@@ -17,12 +18,14 @@ app_packages=(g++ python3 python3-venv python3-dev libsndfile1 libportaudio2
     libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1)
 test_packages=(espeak-ng pulseaudio pulseaudio-utils libasound2-plugins)
 bundle_packages=(xvfb desktop-file-utils)
+fuzz_packages=(clang-14 libclang-rt-14-dev llvm-14)
 
 case "$purpose" in
     app) wanted=("${app_packages[@]}") ;;
     test) wanted=("${app_packages[@]}" "${test_packages[@]}") ;;
     bundle) wanted=("${app_packages[@]}" "${test_packages[@]}" "${bundle_packages[@]}") ;;
-    *) echo "usage: $0 app|test|bundle" >&2; exit 2 ;;
+    fuzz) wanted=("${app_packages[@]}" "${test_packages[@]}" "${fuzz_packages[@]}") ;;
+    *) echo "usage: $0 app|test|bundle|fuzz" >&2; exit 2 ;;
 esac
 
 if [ -n "${VOCABLE_NO_SYSTEM_PACKAGES:-}" ]; then

@@ -19,11 +19,24 @@ namespace py = pybind11;
 
 namespace {
 
+// Engine text can quote a file's own bytes (a model's metadata, a path), which need not be
+// UTF-8: decoded with replacement characters rather than failing in a UnicodeDecodeError.
+py::str utf8_text(const char * text, size_t n) {
+    PyObject * o = PyUnicode_DecodeUTF8(text, Py_ssize_t(n), "replace");
+    if (!o) {
+        throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::str>(o);
+}
+
+py::str utf8_text(const char * text) { return utf8_text(text, strlen(text)); }
+
 // Raised for every engine failure; `status` is the qt_status code.
 PyObject * g_engine_error = nullptr;
 
 [[noreturn]] void raise_status(int status, const std::string & message) {
-    py::object err = py::reinterpret_borrow<py::object>(g_engine_error)(message, status);
+    py::object err =
+        py::reinterpret_borrow<py::object>(g_engine_error)(utf8_text(message.data(), message.size()), status);
     PyErr_SetObject(g_engine_error, err.ptr());
     throw py::error_already_set();
 }
@@ -35,7 +48,7 @@ struct log_target {
 void forward_log(qt_log_level level, const char * text, void * user_data) {
     py::gil_scoped_acquire gil;
     try {
-        static_cast<log_target *>(user_data)->callback(int(level), text);
+        static_cast<log_target *>(user_data)->callback(int(level), utf8_text(text));
     } catch (py::error_already_set & e) {
         e.discard_as_unraisable("vocable engine log callback");
     }
@@ -95,7 +108,7 @@ public:
         d["predictor_layers"] = info.predictor_layers;
         d["weight_type"] = ggml_type_name(ggml_type(info.weight_type));
         d["codec_chunk_frames"] = info.codec_chunk_frames;
-        d["variant"] = std::string(info.variant);
+        d["variant"] = utf8_text(info.variant, strnlen(info.variant, sizeof(info.variant)));
         return d;
     }
 
@@ -332,8 +345,9 @@ PYBIND11_MODULE(_engine, m) {
     m.def("abi_version", &qt_abi_version);
     m.def("abi_min_version", &qt_abi_min_version);
     m.def("ggml_version", &ggml_version, "The version of the ggml library in use.");
-    m.def("system_info", &qt_system_info, "The CPU backend in use: ggml's variant for this processor, the "
-          "instruction sets it uses and every variant found (qt_system_info()).");
+    m.def("system_info", [] { return utf8_text(qt_system_info()); },
+          "The CPU backend in use: ggml's variant for this processor, the instruction sets it uses, the "
+          "engine's kernels and every variant found (qt_system_info()).");
     m.def("voice_ref_min_samples", &qt_voice_ref_min_samples);
     m.def("voice_ref_max_samples", &qt_voice_ref_max_samples);
     m.def("quantize", &quantize, py::arg("data"), py::arg("type"));

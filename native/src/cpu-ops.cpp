@@ -13,9 +13,11 @@
 #    define QT_X86    1
 #    define QT_AVX2   __attribute__((target("avx2,fma,f16c")))
 #    define QT_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
+#    if !defined(__clang__)
 // GCC 12's AVX512 intrinsics pass _mm512_undefined_ps() (a self-initialised variable) as the
 // unused merge operand, which -Wmaybe-uninitialized reports at every use.
-#    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#        pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#    endif
 #endif
 
 namespace qt {
@@ -38,8 +40,9 @@ bool has_feature(const std::string & features, const char * name) {
 cpu_kernels detect_kernels() {
 #ifdef QT_X86
     const std::string & features = cpu_backend_loaded().features;
+    // F16C is not asked for: every processor with AVX2 has it (and clang cannot ask)
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c") && has_feature(features, "AVX2") && has_feature(features, "FMA");
+                      has_feature(features, "AVX2") && has_feature(features, "FMA");
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                         has_feature(features, "AVX512");

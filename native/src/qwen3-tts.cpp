@@ -345,8 +345,13 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
             return QT_STATUS_INVALID_PARAMS;
         }
     }
-    if (params->mode != QT_CLONE_XVECTOR && params->mode != QT_CLONE_IN_CONTEXT) {
-        qt::set_last_error(qt::format("unknown clone mode %d", int(params->mode)));
+    // read as the int a C caller may have stored: loading an out-of-range value as the C++ enum
+    // would be undefined
+    int32_t mode = 0;
+    static_assert(sizeof(params->mode) == sizeof(mode), "qt_clone_mode is an int");
+    memcpy(&mode, &params->mode, sizeof(mode));
+    if (mode != QT_CLONE_XVECTOR && mode != QT_CLONE_IN_CONTEXT) {
+        qt::set_last_error(qt::format("unknown clone mode %d", mode));
         return QT_STATUS_INVALID_MODE;
     }
     if (params->max_frames > k_max_frames) {
@@ -354,7 +359,7 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
                                       k_max_frames, k_max_frames / 12.5));
         return QT_STATUS_INVALID_PARAMS;
     }
-    const bool in_context = params->mode == QT_CLONE_IN_CONTEXT;
+    const bool in_context = mode == QT_CLONE_IN_CONTEXT;
     if (in_context && params->voice->n_codebooks != ctx->info.n_codebooks) {
         qt::set_last_error(qt::format("the voice's reference codes have %d codebooks; the model needs %d",
                                       params->voice->n_codebooks, ctx->info.n_codebooks));

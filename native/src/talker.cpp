@@ -204,11 +204,8 @@ void attend_rows_ref(const float * const * q, int rep, int64_t hd, const char * 
 
 #ifdef QT_TALKER_X86
 
-bool has_avx2() {
-    static const bool ok =
-        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    return ok;
-}
+// As cpu-ops' kernels: what the processor and the loaded ggml variant both support.
+bool has_avx2() { return cpu_kernels_active() >= cpu_kernels::avx2; }
 
 QT_TALKER_AVX2 inline __m256 load8(const float * p) { return _mm256_loadu_ps(p); }
 QT_TALKER_AVX2 inline __m256 load8(const ggml_fp16_t * p) {
