@@ -635,3 +635,16 @@ def test_progress_line_says_why_playback_waits():
     waiting = "first sound in 2.1 s, so that the rest arrives in time: synthesis runs at 1.50x real time"
     assert SynthesisStats("speaking", progress, waiting).describe() == f"{progress.describe()}; {waiting}"
     assert SynthesisStats("speaking", progress).describe() == progress.describe()
+
+
+def test_the_app_says_what_the_watchdog_did(qtbot, home, converted, open_window, tmp_path):
+    """A model that never stops (test_runaway.never_stopping): the app's progress line reports
+    the watchdog's stop, and the result and the history keep what was spoken."""
+    from test_runaway import never_stopping
+    set_model(never_stopping(converted, tmp_path))
+    w = open_window()
+    load_reference(qtbot, w)
+    generate(qtbot, w, "Hello there.", seed=7)
+    assert w.c.result.runaway and w.c.result.runaway[0].reason in ("overlong", "repetition")
+    assert "the watchdog stopped a runaway: segment 1 did not end by itself" in w.speak.progress.text()
+    assert "length cap" not in w.speak.progress.text() and w.history.list.count() == 1

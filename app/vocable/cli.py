@@ -7,6 +7,7 @@ import sys
 import threading
 from pathlib import Path
 
+from . import runaway
 from .errors import VocableError
 from .text import expected_speech_seconds
 
@@ -153,8 +154,10 @@ def _cmd_say(args) -> int:
     print(f"{out}: {result.seconds:.2f} s of audio at {result.sample_rate} Hz in {result.wall_time:.2f} s "
           f"(first audio after {result.time_to_first_audio:.2f} s, real-time factor {result.real_time_factor:.2f}); "
           f"{result.mode} ({result.mode_reason}), seed {result.seed}"
-          + ("" if result.reached_eos else ", stopped at the frame cap")
+          + ("" if result.reached_eos or result.runaway else ", stopped at the frame cap")
           + (f", {len(result.segments)} segments" if len(result.segments) > 1 else ""), file=sys.stderr)
+    if result.runaway:
+        print(f"warning: {runaway.summary(result.runaway)}", file=sys.stderr)
     if player is not None:
         waited = "" if player.waited_seconds is None else f", first sound {player.waited_seconds:.2f} s after the first audio"
         reason = f" ({player.wait_reason})" if player.wait_reason else ""

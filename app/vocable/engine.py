@@ -12,6 +12,7 @@ No Qt here; the GUI drives this from a worker thread. The native calls release t
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import secrets
@@ -27,6 +28,7 @@ import numpy as np
 from . import _engine
 from .audio_io import FILE_FORMATS, _file_format, prepare_reference, write_audio  # noqa: F401 (re-exported)
 from .errors import ModelError, SynthesisCancelled, VocableError
+from .runaway import RunawayStop, RunawayWatch
 from .voice import Voice
 
 LANGUAGES_KEY = "qwen3-tts.talker.language_names"
@@ -45,6 +47,9 @@ STREAM_CAP_FACTOR = 3.0
 # segment is a fresh request whose decoder starts from its own state, so the waveform would jump
 # there. 5 ms (120 samples at 24 kHz) is far below a syllable, and enough to remove the click.
 SEGMENT_FADE_SEC = 0.005
+# A segment the watchdog retries samples again with _segment_seed(its seed, RETRY_SEED_INDEX):
+# another seed, the same for the same stream seed (reproducible).
+RETRY_SEED_INDEX = 1 << 20
 
 
 @dataclass
@@ -66,6 +71,7 @@ class SynthesisResult:
     segments: tuple[str, ...] = ()      # the texts of the requests, in order
     time_to_first_audio: float = 0.0    # seconds
     wall_time: float = 0.0              # seconds
+    runaway: tuple[RunawayStop, ...] = ()   # segments the watchdog stopped (runaway.py), in order
 
     @property
     def seconds(self) -> float:
@@ -205,7 +211,8 @@ class Synthesis:
 
     def __init__(self, engine: "Engine", segments: list[_Segment], voice: Voice, language: str,
                  ref_codes: np.ndarray | None, ref_ids: np.ndarray | None, mode: str, reason: str, seed: int,
-                 talker: dict, predictor: dict, max_frames: int | None, stream_cap: int, started: float):
+                 talker: dict, predictor: dict, max_frames: int | None, stream_cap: int, started: float,
+                 watchdog: bool):
         self._engine = engine
         self._segments = segments
         self._voice = voice
@@ -215,6 +222,7 @@ class Synthesis:
         self._sampling = (talker, predictor)
         self._max_frames = max_frames
         self._stream_cap = stream_cap
+        self._watchdog = watchdog
         self._started = started
         self.sample_rate = engine.sample_rate
         self._fade = max(1, int(round(SEGMENT_FADE_SEC * self.sample_rate)))
@@ -317,47 +325,78 @@ class Synthesis:
             self._samples += audio.size
             self._cond.notify_all()
 
+    def _speak(self, seg: "_Segment", index: int, seed: int, cap: int, frames_before: int,
+               joiner: _SegmentJoiner) -> tuple[np.ndarray, bool, RunawayStop | None]:
+        """One request for segment `index`, streamed: its codes, whether it reached EOS, and the
+        watchdog's stop when it ran away (the codes and audio up to the stop are kept)."""
+        from .text import expected_speech_seconds
+
+        engine = self._engine
+        watch = RunawayWatch(index, expected_speech_seconds(seg.text), engine.info["samples_per_frame"],
+                             self.sample_rate) if self._watchdog else None
+        streamed: list[np.ndarray] = []
+        joiner.begin(index)
+
+        def on_chunk(first_frame: int, codes: np.ndarray, pcm: np.ndarray) -> bool:
+            stop = watch.feed(codes, pcm) if watch is not None else None
+            if stop is not None:  # the stream ends with the frame that showed it
+                keep = stop.frames - first_frame
+                codes, pcm = codes[:keep], pcm[:keep * engine.info["samples_per_frame"]]
+            with self._cond:
+                self._frames = frames_before + first_frame + codes.shape[0]
+            self._emit(joiner.feed(pcm), codes, frames_before + first_frame, index)
+            streamed.append(codes)
+            return stop is None and not self._cancel_flag.is_set()
+
+        try:
+            codes, _pcm, eos = engine._ctx.synthesize(
+                seg.ids, self._voice.speaker_embedding, self._ref_codes, self._ref_ids, self._language,
+                *self._sampling, seed, int(cap), on_chunk, self._cancel_flag)
+        except _engine.EngineError as e:
+            if e.args[1] != _engine.STATUS_CANCELLED:
+                raise VocableError(f"cannot synthesize: {e.args[0]}") from None
+            if watch is None or watch.stop is None or self._cancel_flag.is_set():
+                raise SynthesisCancelled("synthesis cancelled") from None
+            codes, eos = np.concatenate(streamed), False
+        self._emit(joiner.end(), codes[:0], frames_before + codes.shape[0], index)
+        return codes, bool(eos), watch.stop if watch is not None else None
+
     def _run(self) -> None:
         engine = self._engine
         codes_all: list[np.ndarray] = []
         eos_all = True
+        stops: list[RunawayStop] = []
         joiner = _SegmentJoiner(len(self._segments), self._fade)
         try:
             with engine._lock:
                 engine._active = self
                 try:
                     frames_before = 0
+                    stream_spent = False
                     for i, seg in enumerate(self._segments):
-                        if self._cancel_flag.is_set():
-                            raise SynthesisCancelled("synthesis cancelled")
-                        cap = self._max_frames or min(_engine.default_max_frames(seg.ids.size),
-                                                      self._stream_cap - frames_before)
-                        if cap < 1:  # the stream's cap is spent: a segment ran on without EOS
+                        seed = seg.seed
+                        for attempt in range(2 if self._watchdog else 1):
+                            if self._cancel_flag.is_set():
+                                raise SynthesisCancelled("synthesis cancelled")
+                            cap = self._max_frames or min(_engine.default_max_frames(seg.ids.size),
+                                                          self._stream_cap - frames_before)
+                            if cap < 1:  # the stream's cap is spent: a segment ran on without EOS
+                                stream_spent = True
+                                break
+                            codes, eos, stop = self._speak(seg, i, seed, cap, frames_before, joiner)
+                            codes_all.append(codes)
+                            frames_before += codes.shape[0]
+                            retry = stop is not None and attempt == 0 and stop.early
+                            if stop is not None:
+                                stops.append(dataclasses.replace(stop, retried=retry))
+                                log.warning("the watchdog stopped a runaway segment: %s", stops[-1].describe())
+                            if not retry:
+                                eos_all = eos_all and eos
+                                break
+                            seed = _segment_seed(seed, RETRY_SEED_INDEX)
+                        if stream_spent:
                             eos_all = False
                             break
-                        with self._cond:
-                            self._segment = i
-                        joiner.begin(i)
-
-                        def on_chunk(first_frame: int, codes: np.ndarray, pcm: np.ndarray,
-                                     i=i, frames_before=frames_before) -> bool:
-                            with self._cond:
-                                self._frames = frames_before + first_frame + codes.shape[0]
-                            self._emit(joiner.feed(pcm), codes, frames_before + first_frame, i)
-                            return not self._cancel_flag.is_set()
-
-                        try:
-                            codes, _pcm, eos = engine._ctx.synthesize(
-                                seg.ids, self._voice.speaker_embedding, self._ref_codes, self._ref_ids,
-                                self._language, *self._sampling, seg.seed, int(cap), on_chunk, self._cancel_flag)
-                        except _engine.EngineError as e:
-                            if e.args[1] == _engine.STATUS_CANCELLED:
-                                raise SynthesisCancelled("synthesis cancelled") from None
-                            raise VocableError(f"cannot synthesize: {e.args[0]}") from None
-                        self._emit(joiner.end(), codes[:0], frames_before + codes.shape[0], i)
-                        codes_all.append(codes)
-                        eos_all = eos_all and bool(eos)
-                        frames_before += codes.shape[0]
                 finally:
                     engine._active = None
             audio = np.concatenate([c.audio for c in self._chunks]) if self._chunks \
@@ -365,7 +404,8 @@ class Synthesis:
             codes = np.concatenate(codes_all) if codes_all else np.zeros((0, 16), dtype=np.int32)
             now = time.perf_counter()
             result = SynthesisResult(codes, self.mode, self.mode_reason, eos_all, self.seed, audio, self.sample_rate,
-                                     self.segments, (self._first_audio or now) - self._started, now - self._started)
+                                     self.segments, (self._first_audio or now) - self._started, now - self._started,
+                                     tuple(stops))
             # as the caller sees it (the engine's own [Perf] lines time each request inside)
             log.info("[Perf] stream: %.2f s of audio (%d frames, %d segment(s)) %.2f s after the call, first audio "
                      "after %.0f ms, real-time factor %.3f", result.seconds, codes.shape[0], len(self._segments),
@@ -483,7 +523,7 @@ class Engine:
     def synthesize(self, text: str, voice: Voice, language: str = "auto", ref_text: str | None = None, *,
                    temperature: float = 0.9, top_k: int = 50, top_p: float = 1.0, repetition_penalty: float = 1.05,
                    seed: int | None = None, max_frames: int | None = None, greedy: bool = False,
-                   max_segment_units: int | None = None) -> Synthesis:
+                   max_segment_units: int | None = None, watchdog: bool | None = None) -> Synthesis:
         """Starts speaking `text` in `voice` and returns the Synthesis stream at once (the work
         runs on a background thread; iterate it for audio chunks, or call result()). Errors in
         the arguments (empty text, unknown language, a voice of another model) are raised here.
@@ -499,7 +539,13 @@ class Engine:
         `max_frames` is the frame cap of each segment (the model can run on without ending).
         By default a segment stops at _engine.default_max_frames(its text tokens), and the whole
         stream at stream_frame_cap(text) (see STREAM_CAP_FACTOR): then the segments left are not
-        spoken, and reached_eos is False."""
+        spoken, and reached_eos is False.
+
+        The runaway watchdog (runaway.py) stops a segment that goes on in silence, loops, or runs
+        far past its text, and generates it once more with another seed when it stopped before
+        its text can have been spoken; SynthesisResult.runaway says what it did. It is on unless
+        `max_frames` is given (a caller that fixes the length wants exactly that many frames);
+        `watchdog` overrides that."""
         from .text import MAX_SEGMENT_UNITS, split_for_synthesis
 
         started = time.perf_counter()
@@ -542,7 +588,8 @@ class Engine:
         predictor = dict(temperature=temperature, top_k=top_k, top_p=top_p)
         self._ctx.model_info()  # raises ValueError("...closed") now rather than in the stream
         return Synthesis(self, segments, voice, language, ref_codes, ref_ids, mode, reason, seed, talker, predictor,
-                         max_frames, stream_frame_cap(text), started)
+                         max_frames, stream_frame_cap(text), started,
+                         watchdog if watchdog is not None else max_frames is None)
 
     def synthesize_to_file(self, text: str, voice: Voice, path: str | os.PathLike, language: str = "auto",
                            ref_text: str | None = None, **kwargs) -> SynthesisResult:

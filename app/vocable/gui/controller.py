@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
+from .. import runaway
 from ..about import model_license
 from ..errors import AudioDeviceError, ModelError, VocableError
 from ..models import DEFAULT_REPO
@@ -549,7 +550,9 @@ class Controller(QObject):
         self.result_player.end_stream(result.audio)
         summary = (f"{result.seconds:.1f} s of audio in {result.wall_time:.1f} s: first audio after "
                    f"{result.time_to_first_audio:.2f} s, real-time factor {result.real_time_factor:.2f}; "
-                   f"{result.mode}, seed {result.seed}" + ("" if result.reached_eos else "; stopped at the length cap"))
+                   f"{result.mode}, seed {result.seed}"
+                   + ("" if result.reached_eos or result.runaway else "; stopped at the length cap")
+                   + (f"; {runaway.summary(result.runaway)}" if result.runaway else ""))
         self.progress_text.emit(summary)
         settings = dict(worker.request.settings, seed=result.seed, mode=result.mode, mode_reason=result.mode_reason)
         voice_name = worker.request.voice_name
