@@ -218,6 +218,18 @@ QT_AVX2 void pack_panel(const float * const rows[NR], int kc, float * wp) {
     }
 }
 
+// Asks for elements [k0, k0 + n) of weight rows [first, first + count) of batch `b` in cache.
+void prefetch_rows(const ggml_tensor * w, int64_t b, int64_t first, int64_t count, int64_t k0, int n) {
+    const size_t offset = ggml_row_size(w->type, k0);
+    const size_t bytes = ggml_row_size(w->type, n);
+    for (int64_t j = 0; j < count; ++j) {
+        const char * row = static_cast<const char *>(w->data) + b * w->nb[2] + (first + j) * w->nb[1] + offset;
+        for (size_t at = 0; at < bytes; at += 64) {
+            __builtin_prefetch(row + at);
+        }
+    }
+}
+
 // The register tiles of one instruction set: `run` multiplies a block of up to `mr` frames
 // by a panel of `nr` outputs.
 struct avx2_tiles {
@@ -341,6 +353,15 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
                     }
                 }
                 pack_panel<nr>(rows, kc, wp);
+                // the next panel's weight rows (or the first of the next depth block) start
+                // loading while this one's tiles run: the rows are kilobytes apart, too many
+                // streams for the hardware prefetcher when the weights come from memory
+                if (o0 + nr < g1) {
+                    prefetch_rows(g.w, bi / group, o0 + nr, std::min<int64_t>(nr, g1 - o0 - nr), kb, kc);
+                } else if (kb + k_kc < K) {
+                    prefetch_rows(g.w, bi / group, g0, std::min<int64_t>(nr, g1 - g0), kb + k_kc,
+                                  int(std::min<int64_t>(k_kc, K - kb - k_kc)));
+                }
                 for (int64_t t = t0; t < t1; t += Tiles::mr) {
                     Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, wp,
                                yd + t * ldy + o0, ldy, nv);
