@@ -38,7 +38,7 @@ fi
 
 missing=()
 for package in "${wanted[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep "install ok installed" > /dev/null; then
         missing+=("$package")
     fi
 done

@@ -45,10 +45,11 @@ fi
 asan_venv="${VOCABLE_ASAN_VENV:-.venv-asan}"
 VOCABLE_VENV="$asan_venv" bash tools/setup-venv.sh --config-settings=cmake.define.VOCABLE_SANITIZE=ON \
     --config-settings=cmake.build-type=RelWithDebInfo --config-settings="build-dir=build/asan-{wheel_tag}"
-module=$("$asan_venv/bin/python" -c "import vocable._engine as m; print(m.__file__)")
-ldd "$module" | grep -q libasan || { echo "error: $module was built without the sanitizers" >&2; exit 1; }
 runtimes="$(c++ -print-file-name=libasan.so) $(c++ -print-file-name=libubsan.so)"
-ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" LD_PRELOAD="$runtimes" "$asan_venv/bin/python" -m pytest -q \
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
+module=$(LD_PRELOAD="$runtimes" "$asan_venv/bin/python" -c "import vocable._engine as m; print(m.__file__)")
+ldd "$module" | grep libasan > /dev/null || { echo "error: $module was built without the sanitizers" >&2; exit 1; }
+LD_PRELOAD="$runtimes" "$asan_venv/bin/python" -m pytest -q \
     -p no:cacheprovider tests/test_engine_api.py tests/test_engine_voice_checks.py tests/test_model_errors.py \
     tests/test_parity_generation.py tests/test_parity_voice_ref.py tests/test_long_text.py \
     tests/test_reference_audio.py "$@"
