@@ -170,9 +170,11 @@ class Soak:
     def count(self, name: str) -> None:
         self.counts[name] = self.counts.get(name, 0) + 1
 
-    def step(self) -> None:
-        op = self.rng.choices(["synthesize", "cancel", "voice", "model", "busy", "bad"],
-                              weights=[40, 15, 10, 5, 10, 20])[0]
+    OPERATIONS = {"synthesize": 40, "cancel": 15, "voice": 10, "model": 5, "busy": 10, "bad": 20}
+
+    def step(self, only: list[str] | None = None) -> None:
+        ops = only or list(self.OPERATIONS)
+        op = self.rng.choices(ops, weights=[self.OPERATIONS[o] for o in ops])[0]
         if op == "synthesize":
             self.synthesize()
         elif op == "cancel":
@@ -206,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", help="write the summary here too")
+    p.add_argument("--only", help="comma-separated operations to run (to find which one holds memory): "
+                                  + ", ".join(Soak.OPERATIONS))
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vocable-soak-") as tmp:
         work = Path(tmp)
@@ -213,14 +217,18 @@ def main(argv: list[str] | None = None) -> int:
         soak = Soak(work, args.seed)
         started = time.monotonic()
         deadline = started + 60 * args.minutes
+        only = [o for o in args.only.split(",") if o] if args.only else None
         samples: list[tuple[float, float]] = [(0.0, rss_mib())]
+        blocks: list[int] = [sys.getallocatedblocks()]  # Python objects, to tell their growth from native
         while time.monotonic() < deadline:
-            soak.step()
+            soak.step(only)
             now = time.monotonic() - started
             if now - samples[-1][0] >= 5.0:
                 samples.append((now, rss_mib()))
+                blocks.append(sys.getallocatedblocks())
         soak.engine.close()
         samples.append((time.monotonic() - started, rss_mib()))
+        blocks.append(sys.getallocatedblocks())
         soak.verify_saved()
     warm = next(r for t, r in samples if t >= samples[-1][0] / 5)
     after_warm = [r for t, r in samples if t >= samples[-1][0] / 5]
@@ -233,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                "rss_mib": {"start": round(samples[0][1], 1), "after_warmup": round(warm, 1),
                            "max_after_warmup": round(max(after_warm), 1), "end": round(samples[-1][1], 1)},
                "rss_growth_after_warmup_mib": round(growth, 1), "memory_checked": memory_checked, "voices_saved": len(soak.saved_voices),
-               "history_saved": len(soak.saved_history), "failures": soak.failures}
+               "history_saved": len(soak.saved_history), "failures": soak.failures,
+               "python_blocks": {"start": blocks[0], "end": blocks[-1]},
+               "rss_series_mib": [[round(t, 1), round(r, 1)] for t, r in samples]}
     print(f"soak: {summary['minutes']} min, {sum(soak.counts.values())} operations "
           f"({', '.join(f'{k} {v}' for k, v in sorted(soak.counts.items()))})")
     print(f"  RSS {summary['rss_mib']['start']} MiB at the start, {warm:.1f} after the warm-up, at most "
@@ -241,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f"limit {RSS_GROWTH_LIMIT_MIB:g}" if memory_checked else
              f"not checked in a run under {MEMORY_CHECK_MIN_MINUTES:g} min")
           + f"), {summary['rss_mib']['end']} at the end")
+    print(f"  Python heap blocks: {blocks[0]} at the start, {blocks[-1]} at the end")
     print(f"  saved and read back: {len(soak.saved_voices)} voices, {len(soak.saved_history)} history entries")
     print("  failures: " + ("none" if not soak.failures else "\n    " + "\n    ".join(soak.failures)))
     if args.json:
