@@ -412,3 +412,10 @@ def test_numbers_are_bounded_as_words_read_out():
     assert longest_speech_seconds("Hello.") == expected_speech_seconds("Hello.")
     # "0151 496 0018": eleven digits read one by one take over 3 s, not the 0.9 s of 13 letters
     assert longest_speech_seconds("0151 496 0018") >= 11 * 0.3 > expected_speech_seconds("0151 496 0018")
+
+
+def test_a_tiny_last_piece_joins_the_one_before_it():
+    """Found by tools/fuzz.sh (the text target): two segments of which the last is under
+    MIN_SEGMENT_UNITS raised IndexError while joining them."""
+    text = ' sentence tha\x00\x00\x00\x00\x00\x00\x01At goes on, and on; with clauses. A sentence that goes on,  with clauses. A sentence that gouses. A sentence that goes SSSSSSSSSSSSSSSSSSon, and on; with clauses. Aauses. A sentence \x0c\x17\x1e\n goes on, and on; with c... -2- !. A sentence tha$d on; with c... -2- !. A sentence; with c\\ause; with c... --- !!! ??ith clauses.'
+    assert split_for_synthesis(text) == [text.strip()]

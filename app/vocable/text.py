@@ -619,5 +619,6 @@ def split_for_synthesis(text: str, max_units: int = MAX_SEGMENT_UNITS,
         segments.append([a, b])
     # a tiny last segment joins the one before it
     if len(segments) > 1 and speech_units(text[segments[-1][0]:segments[-1][1]]) < min_units:
-        segments[-2][1] = segments.pop()[1]
+        last = segments.pop()  # popped first: in one statement the target would be read after the pop
+        segments[-1][1] = last[1]
     return [text[a:b] for a, b in segments if has_speech(text[a:b])]
