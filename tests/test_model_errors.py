@@ -154,6 +154,39 @@ def test_bad_metadata_values_are_refused(converted, tmp_path, key, value):
     assert "corrupt" in result["error"] and key in result["error"] or "vocabulary" in result["error"], result
 
 
+# Sizes that each pass on their own but do not fit together: the products and shifts that
+# relate them must not overflow (the sanitized run turns any overflow into a crash).
+@pytest.mark.parametrize("kv", [
+    {"qwen3-tts.cenc.upsampling_ratios": [1 << 24] * 4},
+    {"qwen3-tts.cenc.upsampling_ratios": [1] * 40, "qwen3-tts.cenc.num_filters": 1 << 24},
+    {"qwen3-tts.cenc.frame_rate": 1e-30},
+    {"qwen3-tts.cenc.frame_rate": -12.5},
+    {"qwen3-tts.cdec.upsample_rates": [1 << 24] * 5},
+    {"qwen3-tts.cdec.upsampling_ratios": [1 << 24] * 3},
+], ids=["encoder-hop-overflow", "encoder-filter-shift", "encoder-rate-ratio-huge", "encoder-rate-negative",
+        "decoder-hop-overflow", "decoder-ratio-overflow"])
+def test_sizes_that_do_not_fit_together_are_refused(converted, tmp_path, kv):
+    import gguf
+
+    src = converted("0.6b", "q8_0")
+    fields = gguf.GGUFReader(str(src)).fields
+    crafted = {key: (value, gguf.GGUFValueType(fields[key].types[0])) for key, value in kv.items()}
+    result = try_load(craft_gguf(src, tmp_path / "geometry.gguf", kv=crafted))
+    assert not result["ok"], result
+    assert "unsupported codec" in result["error"] and "geometry" in result["error"], result
+
+
+@pytest.mark.parametrize("key", ["qwen3-tts.cenc.num_hidden_layers", "qwen3-tts.cdec.num_hidden_layers"])
+def test_a_codec_without_transformer_layers_loads(converted, tmp_path, key):
+    """Zero layers is a well-defined codec (its geometry check allows it): the loader must not call
+    the count corrupt. The tensors of the layers it no longer reads are left unused."""
+    import gguf
+
+    src = converted("0.6b", "q8_0")
+    vtype = gguf.GGUFValueType(gguf.GGUFReader(str(src)).fields[key].types[0])
+    assert try_load(craft_gguf(src, tmp_path / "no-layers.gguf", kv={key: (0, vtype)})) == {"ok": True}
+
+
 # ---- text in the metadata that is not UTF-8 ----------------------------------------------------
 
 def with_bad_byte_in(src, dst, key: str):

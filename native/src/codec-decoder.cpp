@@ -5,6 +5,7 @@
 #include "log.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -134,7 +135,7 @@ void codec_decoder::load(model_loader & ml) {
     hp_.heads = ml.get_size(QT_KEY_CDEC_HEADS);
     hp_.kv_heads = ml.get_size(QT_KEY_CDEC_KV_HEADS);
     hp_.head_dim = ml.get_size(QT_KEY_CDEC_HEAD_DIM);
-    hp_.layers = ml.get_size(QT_KEY_CDEC_LAYERS);
+    hp_.layers = int(ml.get_u32(QT_KEY_CDEC_LAYERS));  // 0: no transformer, a well-defined codec
     hp_.n_quantizers = ml.get_size(QT_KEY_CDEC_QUANTIZERS);
     hp_.n_semantic = ml.get_size(QT_KEY_CDEC_SEMANTIC_Q);
     hp_.sliding_window = ml.get_size(QT_KEY_CDEC_SLIDING_WINDOW);
@@ -145,23 +146,20 @@ void codec_decoder::load(model_loader & ml) {
     hp_.upsampling_ratios = ml.get_i32_array(QT_KEY_CDEC_UPSAMPLING_RATIOS);
     hp_.upsample_rates = ml.get_i32_array(QT_KEY_CDEC_UPSAMPLE_RATES);
 
+    // The product of the rates stops growing past any real hop, so that it cannot overflow.
     int64_t hop = 1;
     bool    rates_ok = !hp_.upsample_rates.empty();
-    for (int32_t r : hp_.upsampling_ratios) {
-        rates_ok = rates_ok && r > 0;
-        hop *= std::max(r, 1);
-    }
-    for (int32_t r : hp_.upsample_rates) {
-        rates_ok = rates_ok && r > 0;
-        hop *= std::max(r, 1);
+    for (const auto * rates : { &hp_.upsampling_ratios, &hp_.upsample_rates }) {
+        for (int32_t r : *rates) {
+            rates_ok = rates_ok && r > 0;
+            hop = std::min<int64_t>(hop * std::max(r, 1), int64_t(1) << 32);
+        }
     }
     const size_t n_blocks = hp_.upsample_rates.size();
-    const bool   geometry_ok = rates_ok && hop == hp_.frame_samples && hp_.codebook_size > 0 &&
-                             hp_.codebook_dim > 0 && hp_.codebook_dim % 2 == 0 && hp_.latent_dim > 0 &&
-                             hp_.hidden > 0 && hp_.ffn > 0 && hp_.heads > 0 && hp_.kv_heads > 0 &&
-                             hp_.heads % hp_.kv_heads == 0 && hp_.head_dim > 0 && hp_.layers >= 0 &&
-                             hp_.n_semantic > 0 && hp_.n_quantizers > hp_.n_semantic && hp_.sliding_window > 0 &&
-                             n_blocks < 16 && hp_.decoder_dim > 0 && hp_.decoder_dim % (1 << n_blocks) == 0;
+    // get_size() already refused zero sizes; what is left is how the sizes fit together.
+    const bool   geometry_ok = rates_ok && hop == hp_.frame_samples && hp_.codebook_dim % 2 == 0 &&
+                             hp_.heads % hp_.kv_heads == 0 && hp_.n_quantizers > hp_.n_semantic && n_blocks < 16 &&
+                             hp_.decoder_dim % (1 << n_blocks) == 0;
     if (!geometry_ok) {
         throw error(QT_STATUS_INVALID_PARAMS,
                     format("%s: unsupported codec decoder geometry (hop %lld for %d samples per frame, codebook dim "

@@ -55,7 +55,7 @@ void codec_encoder::load(model_loader & ml) {
     hp_.residual_kernel_size = ml.get_size(QT_KEY_CENC_RES_KERNEL);
     hp_.dilation_growth = ml.get_size(QT_KEY_CENC_DILATION_GROWTH);
     hp_.compress = ml.get_size(QT_KEY_CENC_COMPRESS);
-    hp_.layers = ml.get_size(QT_KEY_CENC_LAYERS);
+    hp_.layers = int(ml.get_u32(QT_KEY_CENC_LAYERS));  // 0: no transformer, a well-defined codec
     hp_.heads = ml.get_size(QT_KEY_CENC_HEADS);
     hp_.kv_heads = ml.get_size(QT_KEY_CENC_KV_HEADS);
     hp_.head_dim = ml.get_size(QT_KEY_CENC_HEAD_DIM);
@@ -72,21 +72,24 @@ void codec_encoder::load(model_loader & ml) {
     const float encoder_frame_rate = ml.get_f32(QT_KEY_CENC_ENCODER_FRAME_RATE);
 
     // MimiModel's downsample: kernel 2 * int(encodec_frame_rate / frame_rate), stride 2 (fixed)
-    hp_.downsample_kernel = frame_rate > 0.0f ? 2 * int(encoder_frame_rate / frame_rate) : 0;
+    // (the rate ratio is bounded before it becomes an int: a float past INT_MAX has no int value)
+    const double rate_ratio = frame_rate > 0.0f ? double(encoder_frame_rate) / frame_rate : 0.0;
+    hp_.downsample_kernel = rate_ratio >= 1.0 && rate_ratio <= 1024.0 ? 2 * int(rate_ratio) : 0;
     hp_.downsample_stride = 2;
 
+    // The product of the ratios stops growing past any real hop, so that it cannot overflow.
     int64_t hop = 1;
+    bool    ratios_ok = !hp_.ratios.empty() && hp_.ratios.size() < 16;
     for (int32_t r : hp_.ratios) {
-        hop *= r > 0 ? r : 0;
+        ratios_ok = ratios_ok && r > 0;
+        hop = std::min<int64_t>(hop * std::max(r, 1), int64_t(1) << 32);
     }
+    // get_size() already refused zero sizes; what is left is how the sizes fit together.
     const bool geometry_ok =
-        !hp_.ratios.empty() && hop > 0 && hp_.num_filters > 0 && hp_.hidden > 0 && hp_.kernel_size > 0 &&
-        hp_.last_kernel_size > 0 && hp_.residual_kernel_size > 0 && hp_.dilation_growth > 0 && hp_.compress > 0 &&
-        hp_.layers >= 0 && hp_.heads > 0 && hp_.kv_heads > 0 && hp_.heads % hp_.kv_heads == 0 && hp_.head_dim > 0 &&
-        hp_.ffn > 0 && hp_.codebook_size > 0 && hp_.codebook_dim > 0 && hp_.semantic_quantizers > 0 &&
-        hp_.valid_quantizers >= hp_.semantic_quantizers && hp_.downsample_kernel >= hp_.downsample_stride &&
-        encoder_frame_rate != frame_rate && hop * hp_.downsample_stride == hp_.frame_samples &&
-        (hp_.num_filters << hp_.ratios.size()) % hp_.compress == 0;
+        ratios_ok && hp_.heads % hp_.kv_heads == 0 && hp_.valid_quantizers >= hp_.semantic_quantizers &&
+        hp_.downsample_kernel >= hp_.downsample_stride && encoder_frame_rate != frame_rate &&
+        hop * hp_.downsample_stride == hp_.frame_samples &&
+        (int64_t(hp_.num_filters) << hp_.ratios.size()) % hp_.compress == 0;
     if (!geometry_ok) {
         throw error(QT_STATUS_INVALID_PARAMS,
                     format("%s: unsupported codec encoder geometry (%zu SEANet ratios with hop %lld, frame %d samples, "
