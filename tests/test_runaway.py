@@ -40,15 +40,21 @@ def feed_in_chunks(watch: RunawayWatch, codes: np.ndarray, pcm: np.ndarray, widt
 
 def test_speech_of_the_expected_length_is_left_alone():
     rng = np.random.default_rng(0)
-    watch = RunawayWatch(0, 6.0, SPF, 24000)
+    watch = RunawayWatch(0, 6.0, SPF)
     assert feed_in_chunks(watch, *speech(int(6.0 * FRAME_RATE * 1.5), rng)) is None
+
+
+def test_a_chunk_without_all_its_audio_is_an_error_not_silence():
+    codes, pcm = speech(4, np.random.default_rng(5))
+    with pytest.raises(ValueError, match="fewer than"):
+        RunawayWatch(0, 6.0, SPF).feed(codes, pcm[:-1])
 
 
 def test_silence_after_speech_stops_the_segment():
     rng = np.random.default_rng(1)
     c1, p1 = speech(25, rng)
     c2, p2 = silence(60, rng)
-    stop = feed_in_chunks(RunawayWatch(2, 2.0, SPF, 24000), np.concatenate([c1, c2]), np.concatenate([p1, p2]))
+    stop = feed_in_chunks(RunawayWatch(2, 2.0, SPF), np.concatenate([c1, c2]), np.concatenate([p1, p2]))
     assert stop is not None and stop.reason == "silence" and stop.segment == 2
     assert stop.seconds == pytest.approx(2.0 + SILENCE_STOP_SEC, abs=0.1)
     assert not stop.early and "did not end by itself" in stop.describe()
@@ -58,7 +64,7 @@ def test_a_short_pause_is_no_silence():
     rng = np.random.default_rng(2)
     parts = [speech(20, rng), silence(12, rng), speech(20, rng)]   # a pause of ~1 s
     codes, pcm = (np.concatenate(x) for x in zip(*parts))
-    assert feed_in_chunks(RunawayWatch(0, 4.5, SPF, 24000), codes, pcm) is None
+    assert feed_in_chunks(RunawayWatch(0, 4.5, SPF), codes, pcm) is None
 
 
 @pytest.mark.parametrize("period", [1, 2, 3, 4])
@@ -67,21 +73,21 @@ def test_a_loop_of_codes_stops_the_segment(period):
     c1, p1 = speech(10, rng)
     c2, p2 = speech(40, rng)
     c2[:, 0] = np.resize(rng.integers(0, 2048, size=period), 40)    # first codebook loops, audio does not
-    stop = feed_in_chunks(RunawayWatch(0, 8.0, SPF, 24000), np.concatenate([c1, c2]), np.concatenate([p1, p2]))
+    stop = feed_in_chunks(RunawayWatch(0, 8.0, SPF), np.concatenate([c1, c2]), np.concatenate([p1, p2]))
     assert stop is not None and stop.reason == "repetition"
     assert stop.seconds <= (10 + REPEAT_STOP_SEC * FRAME_RATE + period + 1) / FRAME_RATE
 
 
 def test_running_far_past_the_text_stops_the_segment():
     rng = np.random.default_rng(4)
-    stop = feed_in_chunks(RunawayWatch(0, 1.0, SPF, 24000), *speech(200, rng))
+    stop = feed_in_chunks(RunawayWatch(0, 1.0, SPF), *speech(200, rng))
     assert stop is not None and stop.reason == "overlong"
     assert stop.seconds == pytest.approx(OVERLONG_FACTOR * 1.0 + OVERLONG_MARGIN_SEC, abs=0.1)
 
 
 def test_silence_from_the_start_is_an_early_stop():
     rng = np.random.default_rng(5)
-    stop = feed_in_chunks(RunawayWatch(0, 10.0, SPF, 24000), *silence(100, rng))
+    stop = feed_in_chunks(RunawayWatch(0, 10.0, SPF), *silence(100, rng))
     assert stop.reason == "silence" and stop.early and stop.seconds < EARLY_FRACTION * 10.0
 
 

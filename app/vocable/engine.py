@@ -332,8 +332,8 @@ class Synthesis:
         from .text import expected_speech_seconds
 
         engine = self._engine
-        watch = RunawayWatch(index, expected_speech_seconds(seg.text), engine.info["samples_per_frame"],
-                             self.sample_rate) if self._watchdog else None
+        watch = RunawayWatch(index, expected_speech_seconds(seg.text),
+                             engine.info["samples_per_frame"]) if self._watchdog else None
         streamed: list[np.ndarray] = []
         joiner.begin(index)
 

@@ -64,7 +64,7 @@ class RunawayWatch:
     """Watches one segment's stream: feed() every chunk's codes and audio; it returns a
     RunawayStop once the segment has run away (and keeps returning it)."""
 
-    def __init__(self, segment: int, expected_seconds: float, samples_per_frame: int, sample_rate: int):
+    def __init__(self, segment: int, expected_seconds: float, samples_per_frame: int):
         self.segment, self.expected_seconds = segment, expected_seconds
         self._samples_per_frame = samples_per_frame
         self._silence_floor = (10.0 ** (SILENCE_DBFS / 20.0)) ** 2 * samples_per_frame  # energy of a frame
@@ -80,10 +80,11 @@ class RunawayWatch:
         if self.stop is not None:
             return self.stop
         n = codes.shape[0]
-        energy = np.zeros(n)
-        if pcm.size >= n * self._samples_per_frame and n:
-            frames = pcm[: n * self._samples_per_frame].astype(np.float64).reshape(n, self._samples_per_frame)
-            energy = np.einsum("ij,ij->i", frames, frames)
+        if pcm.size < n * self._samples_per_frame:   # a frame without its audio is not a silent one
+            raise ValueError(f"a chunk of {n} frames carries {pcm.size} samples, "
+                             f"fewer than {n * self._samples_per_frame}")
+        frames = pcm[: n * self._samples_per_frame].astype(np.float64).reshape(n, self._samples_per_frame)
+        energy = np.einsum("ij,ij->i", frames, frames)
         for i in range(n):
             self._frames += 1
             self._code0.append(int(codes[i, 0]))
