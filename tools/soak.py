@@ -17,6 +17,7 @@ failed.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import random
@@ -42,6 +43,24 @@ TEXTS = ["Hello there.", "How are you today? I hope that all is well.",
 def rss_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def malloc_heap_mib() -> tuple[float, float] | None:
+    """glibc's heap: (in use, free but kept) in MiB, over all arenas and mmapped blocks; None
+    without glibc. Growth in use is a leak; growth of the free part is fragmentation."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (AttributeError, OSError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return (info.uordblks + info.hblkhd) / 2 ** 20, info.fordblks / 2 ** 20
 
 
 class Soak:
@@ -220,15 +239,18 @@ def main(argv: list[str] | None = None) -> int:
         only = [o for o in args.only.split(",") if o] if args.only else None
         samples: list[tuple[float, float]] = [(0.0, rss_mib())]
         blocks: list[int] = [sys.getallocatedblocks()]  # Python objects, to tell their growth from native
+        heap = [malloc_heap_mib()]
         while time.monotonic() < deadline:
             soak.step(only)
             now = time.monotonic() - started
             if now - samples[-1][0] >= 5.0:
                 samples.append((now, rss_mib()))
                 blocks.append(sys.getallocatedblocks())
+                heap.append(malloc_heap_mib())
         soak.engine.close()
         samples.append((time.monotonic() - started, rss_mib()))
         blocks.append(sys.getallocatedblocks())
+        heap.append(malloc_heap_mib())
         soak.verify_saved()
     warm = next(r for t, r in samples if t >= samples[-1][0] / 5)
     after_warm = [r for t, r in samples if t >= samples[-1][0] / 5]
@@ -243,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                "rss_growth_after_warmup_mib": round(growth, 1), "memory_checked": memory_checked, "voices_saved": len(soak.saved_voices),
                "history_saved": len(soak.saved_history), "failures": soak.failures,
                "python_blocks": {"start": blocks[0], "end": blocks[-1]},
-               "rss_series_mib": [[round(t, 1), round(r, 1)] for t, r in samples]}
+               "rss_series_mib": [[round(t, 1), round(r, 1)] for t, r in samples],
+               "malloc_in_use_free_mib": [[round(v, 1) for v in h] if h else None for h in heap]}
     print(f"soak: {summary['minutes']} min, {sum(soak.counts.values())} operations "
           f"({', '.join(f'{k} {v}' for k, v in sorted(soak.counts.items()))})")
     print(f"  RSS {summary['rss_mib']['start']} MiB at the start, {warm:.1f} after the warm-up, at most "

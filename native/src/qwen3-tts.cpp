@@ -18,6 +18,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <memory>
 #include <mutex>
 #include <new>
@@ -217,7 +220,15 @@ qt_context * qt_init(const qt_init_params * params) {
     return status == QT_STATUS_OK ? ctx.release() : nullptr;
 }
 
-void qt_free(qt_context * ctx) { delete ctx; }
+void qt_free(qt_context * ctx) {
+    delete ctx;
+#if defined(__GLIBC__)
+    // glibc keeps the freed model's pages for reuse; when the next model's buffers do not fit the
+    // holes they leave, the process grows with every model change (the soak measured +42 MiB of
+    // free-but-kept heap in 6 minutes of model changes). Freeing a model is rare: give them back.
+    malloc_trim(0);
+#endif
+}
 
 qt_status qt_get_model_info(const qt_context * ctx, qt_model_info * out) {
     if (!ctx || !out) {
