@@ -455,6 +455,19 @@ def test_run_bench_real_engine_weight_types(small_model, tmp_path, capsys):
     assert "synthesis q4_k (4 frames = 0.32 s of audio, x-vector, greedy, streamed):" in out
     syn = rep["vocable_extra"]["synthesis"]
     assert all(syn[t]["samples"] == 4 * 1920 for t in ("f32", "q4_k"))
+    memory = rep["memory"]   # each type's whole synthesis in a process of its own
+    assert list(memory) == ["f32", "q4_k"]
+    assert all(memory[t]["frames"] == 4 and 20 * 2**20 < memory[t]["peak_rss_bytes"] < 2**31 for t in memory)
+    assert "peak RSS of a whole synthesis (load + 4 frames, a process of its own): f32 " in out
+
+
+def test_the_memory_target_is_reported_where_there_is_one():
+    from vocable import bench_memory
+    runs = {"q8_0": {"frames": 50, "peak_rss_bytes": 1.2e9, "target_bytes": 1.0e9, "met": False},
+            "q4_k": {"frames": 50, "peak_rss_bytes": 0.9e9}, "f16": {"error": "no result within 1800 s"}}
+    assert bench_memory.missed(runs) == ["memory q8_0: peak RSS 1.20 GB of a whole synthesis, target <= 1 GB"]
+    line, = bench_memory.describe(runs, 50)
+    assert "q8_0 1144 MiB (target <= 1 GB: MISSED), q4_k 858 MiB, f16 failed: no result within 1800 s" in line
 
 
 def test_parse_types():

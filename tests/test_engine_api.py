@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -377,3 +378,35 @@ def test_reference_codes_outside_the_codebook_are_refused_at_once(engine, voice)
         engine.synthesize(TEXT, Voice(voice.speaker_embedding, codes, "Okay."))
     codes[:, 0] = 2047
     engine.synthesize(TEXT, Voice(voice.speaker_embedding, codes, "Okay."), greedy=True, max_frames=2).result()
+
+
+def _mapped_files() -> str:
+    with open("/proc/self/maps") as f:
+        return f.read()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc/self/maps")
+def test_the_weights_are_mapped_from_the_file_and_unmapped_at_close(converted, caplog):
+    """A synthesis holds only the pages its graphs read (not the encoders, not most of the text
+    embedding); the file is let go when the engine closes."""
+    path = converted("0.6b", "q8_0")
+    with caplog.at_level(logging.INFO, logger="vocable.engine"):
+        with Engine(path, threads=1) as engine:
+            assert str(path) in _mapped_files()
+            engine.synthesize("Hello world.", Voice(reference("0.6b", "speaker_embedding")), greedy=True,
+                              max_frames=3).result()
+    assert str(path) not in _mapped_files()
+    assert "of weights (mapped)" in "\n".join(r.getMessage() for r in caplog.records)
+
+
+def test_weights_read_instead_of_mapped_give_the_same_audio(converted, monkeypatch, caplog):
+    path, voice = converted("0.6b", "q8_0"), Voice(reference("0.6b", "speaker_embedding"))
+    with Engine(path, threads=1) as engine:
+        mapped = engine.synthesize("Hello world.", voice, greedy=True, max_frames=4).result()
+    monkeypatch.setenv("VOCABLE_NO_MMAP", "1")
+    with caplog.at_level(logging.INFO, logger="vocable.engine"):
+        with Engine(path, threads=1) as engine:
+            assert str(path) not in _mapped_files()
+            read = engine.synthesize("Hello world.", voice, greedy=True, max_frames=4).result()
+    assert "of weights (read)" in "\n".join(r.getMessage() for r in caplog.records)
+    assert np.array_equal(mapped.codes, read.codes) and np.array_equal(mapped.audio, read.audio)

@@ -56,7 +56,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import bench_contention, bench_variants
+from . import bench_contention, bench_memory, bench_variants
 from .errors import VocableError
 
 SAMPLE_RATE = 24000
@@ -909,6 +909,8 @@ def _print_report(rep: dict) -> None:
         rtf = ", ".join(f"{wt} {_TARGET_TEXT['rtf_below'].format(v)}" for wt, v in TARGET_RTF.items())
         print(f"  targets (issue 4): time to first audio < {TARGET_FIRST_AUDIO_MS:g} ms (x-vector, voice loaded), "
               f"codec decode faster than the reference, whole synthesis {rtf}")
+    for line in bench_memory.describe(rep.get("memory") or {}, rep["frames"]):
+        print(f"  {line}")
     if ref["status"] == "ok":
         shared = ref.get("same_run", {})
         loads = ", ".join(f"{v} s ({', '.join([k] + [g for g, first in shared.items() if first == k])})"
@@ -1048,6 +1050,13 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
                 ours[g.name] = GroupResult(error=str(e))
         if busy or engines:
             contention = contention_runs(engine, inp, busy, engines)
+    memory: dict[str, dict] = {}
+    if "speaker_path" in inp.shared:   # the synthesis stages ran and saved the voice
+        for wt in list(inp.models) or [inp.main_type]:
+            gguf = inp.models[wt].gguf if wt in inp.models else model.gguf
+            _say(f"engine: peak memory of a whole synthesis, {wt}: a process of its own")
+            memory[wt] = bench_memory.peak_rss(str(gguf), str(inp.shared["speaker_path"]), inp.threads, inp.frames,
+                                               wt)
     variants: dict[str, dict] = {}
     if getattr(args, "cpu_variants", None):
         names = bench_variants.parse(args.cpu_variants)
@@ -1104,9 +1113,9 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         "vocable_extra": {g: r.extra for g, r in ours.items()}, "reference": ref,
         "reference_extra": {g: r.extra for g, r in theirs.items()}, "stages": stages,
         "agreement": agreement, "agreement_text": agreement_text,
-        "missed_targets": missed_targets(stages) + bench_contention.missed(contention) +
-                          bench_variants.missed(variants),
-        "contention": contention, "cpu_variants": variants,
+        "missed_targets": missed_targets(stages) + bench_memory.missed(memory) +
+                          bench_contention.missed(contention) + bench_variants.missed(variants),
+        "memory": memory, "contention": contention, "cpu_variants": variants,
         "loadavg_1min": [load_before, _loadavg()],   # other work on the machine skews the figures
     }
     _print_report(report)

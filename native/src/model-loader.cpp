@@ -3,11 +3,18 @@
 #include "gguf-names.h"
 #include "log.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+
+#if !defined(_WIN32)
+#include <sys/mman.h>
+#endif
 
 namespace qt {
 
@@ -27,22 +34,23 @@ std::string dims_to_string(const int64_t * ne, int n) {
 
 } // namespace
 
-uint64_t tensor_checksum(const void * data, size_t n_bytes) {
+uint64_t tensor_checksum_update(uint64_t sum, uint64_t first_word, const void * data, size_t n_bytes) {
     const auto * bytes = static_cast<const uint8_t *>(data);
     const size_t n_words = n_bytes / 8;
-    uint64_t sum = 0;
     for (size_t i = 0; i < n_words; ++i) {
         uint64_t w;
         memcpy(&w, bytes + 8 * i, 8);
-        sum += w * (2 * uint64_t(i) + 1);
+        sum += w * (2 * (first_word + i) + 1);
     }
     if (n_bytes % 8) {
         uint64_t w = 0;
         memcpy(&w, bytes + 8 * n_words, n_bytes % 8);
-        sum += w * (2 * uint64_t(n_words) + 1);
+        sum += w * (2 * (first_word + n_words) + 1);
     }
     return sum;
 }
+
+uint64_t tensor_checksum(const void * data, size_t n_bytes) { return tensor_checksum_update(0, 0, data, n_bytes); }
 
 model_loader::model_loader(const std::string & path, ggml_backend_t backend) : path_(path) {
     std::unique_ptr<FILE, file_closer> file(fopen(path.c_str(), "rb"));
@@ -114,37 +122,121 @@ model_loader::model_loader(const std::string & path, ggml_backend_t backend) : p
         check_tensor_type(name, ggml_get_tensor(meta_.get(), name));
     }
 
-    buffer_.reset(ggml_backend_alloc_ctx_tensors(meta_.get(), backend));
+    // Every tensor is checked against its checksum by streaming the file through a small block,
+    // then the weights are mapped rather than read: the process holds only the pages its graphs
+    // touch (the synthesis never reads the speaker and codec encoders or most rows of the text
+    // embedding), and the page cache shares them between engines and runs.
+    std::vector<uint8_t> block(k_read_block);
+    for (int64_t i = 0; i + 1 < n_tensors; ++i) {
+        const char * name = gguf_get_tensor_name(gguf_.get(), i);
+        const size_t nbytes = gguf_get_tensor_size(gguf_.get(), i);
+        if (fseek(file.get(), long(data_offset + gguf_get_tensor_offset(gguf_.get(), i)), SEEK_SET) != 0) {
+            throw error(QT_STATUS_INVALID_PARAMS, format("%s is truncated: tensor '%s' cannot be read", path.c_str(), name));
+        }
+        uint64_t sum = 0;
+        for (size_t done = 0; done < nbytes;) {
+            const size_t n = std::min(nbytes - done, block.size());  // a multiple of 8 but for the last
+            if (fread(block.data(), 1, n, file.get()) != n) {
+                throw error(QT_STATUS_INVALID_PARAMS,
+                            format("%s is truncated: tensor '%s' cannot be read", path.c_str(), name));
+            }
+            sum = tensor_checksum_update(sum, done / 8, block.data(), n);
+            done += n;
+        }
+        if (sum != checksums[size_t(i)]) {
+            throw error(QT_STATUS_INVALID_PARAMS,
+                        format("%s is corrupt: tensor '%s' does not match its checksum (download or convert it again)",
+                               path.c_str(), name));
+        }
+    }
+    block = {};
+
+    if (!map_weights(file.get(), file_size, data_offset, data_end, backend)) {
+        read_weights(file.get(), data_offset, backend);
+    }
+    for (int64_t i = 0; i + 1 < n_tensors; ++i) {
+        const char * name = gguf_get_tensor_name(gguf_.get(), i);
+        tensors_[name] = ggml_get_tensor(meta_.get(), name);
+        weight_bytes_ += gguf_get_tensor_size(gguf_.get(), i);
+    }
+}
+
+bool model_loader::map_weights(FILE * file, uint64_t file_size, size_t data_offset, uint64_t data_end,
+                               ggml_backend_t backend) {
+#if defined(_WIN32)
+    (void) file, (void) file_size, (void) data_offset, (void) data_end, (void) backend;
+    return false;
+#else
+    if (!ggml_backend_buft_is_host(ggml_backend_get_default_buffer_type(backend)) || data_end <= data_offset) {
+        return false;
+    }
+    // For a model on a network share that may change under the engine (a mapped file that
+    // shrinks faults the process), or to compare: VOCABLE_NO_MMAP=1 reads the weights instead.
+    const char * no_mmap = std::getenv("VOCABLE_NO_MMAP");
+    if (no_mmap && *no_mmap && strcmp(no_mmap, "0") != 0) {
+        QT_LOG_INFO("%s: VOCABLE_NO_MMAP is set: weights read into memory", path_.c_str());
+        return false;
+    }
+    // ggml needs its tensors aligned; the converter aligns them, a foreign file might not
+    const int64_t n_tensors = gguf_get_n_tensors(gguf_.get());
+    bool aligned = data_offset % k_tensor_alignment == 0;
+    for (int64_t i = 0; i < n_tensors; ++i) {
+        aligned = aligned && gguf_get_tensor_offset(gguf_.get(), i) % k_tensor_alignment == 0;
+    }
+    if (!aligned) {
+        QT_LOG_INFO("%s: tensors not aligned to %zu bytes: weights read into memory", path_.c_str(), k_tensor_alignment);
+        return false;
+    }
+    void * base = mmap(nullptr, size_t(file_size), PROT_READ, MAP_PRIVATE, fileno(file), 0);
+    if (base == MAP_FAILED) {
+        QT_LOG_INFO("%s: cannot map the file (%s): weights read into memory", path_.c_str(), strerror(errno));
+        return false;
+    }
+    mapping_ = std::shared_ptr<void>(base, [size = size_t(file_size)](void * p) { munmap(p, size); });
+    auto * data = static_cast<uint8_t *>(base) + data_offset;
+    buffer_.reset(ggml_backend_cpu_buffer_from_ptr(data, size_t(data_end - data_offset)));
     if (!buffer_) {
-        throw error(QT_STATUS_OUT_OF_MEMORY, format("not enough memory for the weights of %s", path.c_str()));
+        mapping_.reset();
+        return false;
     }
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    const bool host = ggml_backend_buffer_is_host(buffer_.get());
+    for (int64_t i = 0; i < n_tensors; ++i) {
+        ggml_tensor * t = ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i));
+        if (ggml_backend_tensor_alloc(buffer_.get(), t, data + gguf_get_tensor_offset(gguf_.get(), i)) !=
+            GGML_STATUS_SUCCESS) {
+            throw error(QT_STATUS_FAILED, format("%s: cannot place tensor '%s' in the mapped file", path_.c_str(),
+                                                 t->name));
+        }
+    }
+    return true;
+#endif
+}
 
+void model_loader::read_weights(FILE * file, size_t data_offset, ggml_backend_t backend) {
+    buffer_.reset(ggml_backend_alloc_ctx_tensors(meta_.get(), backend));
+    if (!buffer_) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, format("not enough memory for the weights of %s", path_.c_str()));
+    }
+    ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    const bool           host = ggml_backend_buffer_is_host(buffer_.get());
     std::vector<uint8_t> staging;
-    for (int64_t i = 0; i + 1 < n_tensors; ++i) {
-        const char *  name = gguf_get_tensor_name(gguf_.get(), i);
-        ggml_tensor * t = ggml_get_tensor(meta_.get(), name);
+    for (int64_t i = 0; i < gguf_get_n_tensors(gguf_.get()); ++i) {
+        ggml_tensor * t = ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i));
         const size_t  nbytes = ggml_nbytes(t);
         void *        dst = t->data;
         if (!host) {
             staging.resize(nbytes);
             dst = staging.data();
         }
-        if (fseek(file.get(), long(data_offset + gguf_get_tensor_offset(gguf_.get(), i)), SEEK_SET) != 0 ||
-            fread(dst, 1, nbytes, file.get()) != nbytes) {
-            throw error(QT_STATUS_INVALID_PARAMS, format("%s is truncated: tensor '%s' cannot be read", path.c_str(), name));
-        }
-        if (tensor_checksum(dst, nbytes) != checksums[i]) {
-            throw error(QT_STATUS_INVALID_PARAMS,
-                        format("%s is corrupt: tensor '%s' does not match its checksum (download or convert it again)",
-                               path.c_str(), name));
+        // the checksums were verified from this same open file a moment ago
+        if (fseek(file, long(data_offset + gguf_get_tensor_offset(gguf_.get(), i)), SEEK_SET) != 0 ||
+            fread(dst, 1, nbytes, file) != nbytes) {
+            throw error(QT_STATUS_INVALID_PARAMS, format("%s is truncated: tensor '%s' cannot be read", path_.c_str(),
+                                                         t->name));
         }
         if (!host) {
             ggml_backend_tensor_set(t, dst, 0, nbytes);
         }
-        tensors_[name] = t;
-        weight_bytes_ += nbytes;
     }
 }
 

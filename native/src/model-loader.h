@@ -1,5 +1,6 @@
-// Loads the engine's GGUF model: validates the file, reads every tensor into one CPU backend
-// buffer and hands out tensors by name with shape checks. Components read their own
+// Loads the engine's GGUF model: validates the file and every tensor's checksum, maps the file
+// (or, where it cannot, reads the tensors into one backend buffer) and hands out tensors by name
+// with shape checks. Components read their own
 // hyperparameters and tensors from it (see gguf-names.h).
 #pragma once
 
@@ -8,8 +9,10 @@
 #include "gguf.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,18 +46,27 @@ public:
     ggml_tensor * require(const std::string & name);
     bool          has_tensor(const std::string & name) const;
 
-    // Moves ownership of the weights out (contexts and buffer) once loading is done.
+    // Moves ownership of the weights out (contexts, buffer and the file mapping the buffer may
+    // point into: it must outlive the buffer) once loading is done.
     ggml_context_ptr        take_context() { return std::move(meta_); }
     ggml_backend_buffer_ptr take_buffer() { return std::move(buffer_); }
+    std::shared_ptr<void>   take_mapping() { return std::move(mapping_); }
+    bool                    mapped() const { return mapping_ != nullptr; }
     size_t                  weight_bytes() const { return weight_bytes_; }
 
 private:
+    static constexpr size_t k_read_block = size_t(4) << 20;  // a multiple of 8: see tensor_checksum_update
+    static constexpr size_t k_tensor_alignment = 32;          // ggml's TENSOR_ALIGNMENT
+
     int64_t key_id(const char * key, enum gguf_type type) const;
     void    check_tensor_type(const char * name, const ggml_tensor * t) const;
+    bool    map_weights(FILE * file, uint64_t file_size, size_t data_offset, uint64_t data_end, ggml_backend_t backend);
+    void    read_weights(FILE * file, size_t data_offset, ggml_backend_t backend);
 
     std::string             path_;
     gguf_context_ptr        gguf_;
     ggml_context_ptr        meta_;
+    std::shared_ptr<void>   mapping_;  // declared before buffer_: destroyed after it
     ggml_backend_buffer_ptr buffer_;
     std::map<std::string, ggml_tensor *> tensors_;
     size_t                  weight_bytes_ = 0;
@@ -64,5 +76,8 @@ private:
 // 64-bit words w_i (zero-padded) of w_i * (2 i + 1), modulo 2^64. Any change to one word
 // changes the sum, so a flipped byte is caught.
 uint64_t tensor_checksum(const void * data, size_t n_bytes);
+// The same sum continued over the next bytes, which start at word `first_word`; every piece but
+// the last must be a multiple of 8 bytes.
+uint64_t tensor_checksum_update(uint64_t sum, uint64_t first_word, const void * data, size_t n_bytes);
 
 } // namespace qt

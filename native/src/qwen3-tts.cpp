@@ -38,6 +38,7 @@ struct qt_context {
     qt::log_sink                      log;
     std::unique_ptr<qt::cpu_backend>  backend;
     qt::stage_dumper                  dumper;
+    std::shared_ptr<void>             weights_map;  // the mapped model file: outlives weights_buf
     ggml_context_ptr                  weights_ctx;
     ggml_backend_buffer_ptr           weights_buf;
     qt::mel_frontend                  mel{ 24000 };
@@ -212,9 +213,11 @@ qt_context * qt_init(const qt_init_params * params) {
         ctx->info.codec_chunk_frames = int32_t(std::clamp(std::lround(chunk_sec * frame_rate), 1L, long(k_max_frames)));
         const size_t weight_bytes = loader.weight_bytes();
         ctx->weights_ctx = loader.take_context();
+        const bool mapped = loader.mapped();
+        ctx->weights_map = loader.take_mapping();
         ctx->weights_buf = loader.take_buffer();
-        QT_LOG_INFO("[Perf] model load: %.1f ms, %.1f MiB of weights, %d threads%s (%s)", ms_since(t0),
-                    double(weight_bytes) / (1024.0 * 1024.0), n_threads,
+        QT_LOG_INFO("[Perf] model load: %.1f ms, %.1f MiB of weights (%s), %d threads%s (%s)", ms_since(t0),
+                    double(weight_bytes) / (1024.0 * 1024.0), mapped ? "mapped" : "read", n_threads,
                     share_cores ? ", fewer while other processes keep cores busy" : "", ctx->info.variant);
     });
     return status == QT_STATUS_OK ? ctx.release() : nullptr;
