@@ -410,3 +410,33 @@ def test_weights_read_instead_of_mapped_give_the_same_audio(converted, monkeypat
             read = engine.synthesize("Hello world.", voice, greedy=True, max_frames=4).result()
     assert "of weights (read)" in "\n".join(r.getMessage() for r in caplog.records)
     assert np.array_equal(mapped.codes, read.codes) and np.array_equal(mapped.audio, read.audio)
+
+
+# ---- the prefill cache -----------------------------------------------------------------------
+
+def _prefill_reuse(records) -> list[tuple[int, int]]:
+    """(prompt positions, positions restored from the cache) of each synthesis in the log."""
+    import re
+    pattern = re.compile(r"\((\d+) positions\), prefill: [\d.]+ ms \((\d+) positions from the cache\)")
+    return [tuple(map(int, m.groups())) for r in records if (m := pattern.search(r.getMessage()))]
+
+
+@pytest.mark.parametrize("weight_type", ["f32", "q8_0"])
+@pytest.mark.parametrize("mode", ["xvec", "icl"])
+def test_a_cached_prefill_gives_the_same_output_as_a_computed_one(converted, caplog, weight_type, mode):
+    """The same prompt again (voice, language, text) restores its prefill from the cache, another
+    text computes its own; the output is bit for bit what a fresh engine computes."""
+    from conftest import manifest
+    path = converted("0.6b", weight_type)
+    voice = Voice(reference("0.6b", "speaker_embedding"), reference("0.6b", "ref_codes"),
+                  manifest("0.6b")["ref_text"] if mode == "icl" else None)
+    texts = ["Hello world.", "Good morning to you.", "Hello world."]
+    with caplog.at_level(logging.INFO, logger="vocable.engine"):
+        with Engine(path, threads=2) as engine:
+            cached = [engine.synthesize(t, voice, "English", greedy=True, max_frames=6).result() for t in texts]
+    reuse = _prefill_reuse(caplog.records)
+    assert reuse[0][1] == reuse[1][1] == 0 and reuse[2][1] == reuse[2][0] > 0, reuse
+    for text, got in zip(texts, cached):
+        with Engine(path, threads=2) as fresh:
+            want = fresh.synthesize(text, voice, "English", greedy=True, max_frames=6).result()
+        assert np.array_equal(got.codes, want.codes) and np.array_equal(got.audio, want.audio), text

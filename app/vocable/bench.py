@@ -482,8 +482,8 @@ class GenerationStages(PerTypeStages):
     the reference's fp32 `generate_voice_clone` with the same speaker embedding: the talker and
     code predictor."""
     name = "generation"
-    _PROMPT = re.compile(r"\[Perf\] prompt build: ([\d.]+) ms \((\d+) positions\), prefill: ([\d.]+) ms, "
-                         r"time to first frame: ([\d.]+) ms")
+    _PROMPT = re.compile(r"\[Perf\] prompt build: ([\d.]+) ms \((\d+) positions\), prefill: ([\d.]+) ms "
+                         r"\((\d+) positions from the cache\), time to first frame: ([\d.]+) ms")
     _FRAMES = re.compile(r"\[Perf\] (\d+) frames \((?:EOS|frame cap)\): talker ([\d.]+) ms/frame, "
                          r"code predictor ([\d.]+) ms/frame, total ([\d.]+) ms")
     # (key suffix, label, reference key): per weight type; "total" is the per-run sum of the first two
@@ -504,12 +504,14 @@ class GenerationStages(PerTypeStages):
     def figures(self, wt: str, tr: TypeRuns, res: GroupResult, info: dict) -> None:
         runs = {k: [] for k, _, _ in self.ROWS}
         for i, call in enumerate(tr.calls):
-            _, positions, prefill, first = _perf_value(call.lines, self._PROMPT)
+            _, positions, prefill, cached, first = _perf_value(call.lines, self._PROMPT)
             _, talker, predictor, _ = _perf_value(call.lines, self._FRAMES)
             if i == 0:   # warm-up: its codes are the output (greedy: every run gives the same)
                 res.outputs[f"{wt}:codes"] = call.result.codes
                 info["prompt_positions"] = int(positions)
                 continue
+            # the same voice and text again: the engine restores the prefill from its cache
+            info["prompt_positions_cached"] = int(cached)
             for key, v in (("talker", talker), ("code_predictor", predictor), ("total", talker + predictor),
                            ("prefill", prefill), ("first_frame", first)):
                 runs[key].append(v)
@@ -529,7 +531,9 @@ class GenerationStages(PerTypeStages):
             info = o.extra.get(wt, {})
             for key, label, ref_key in self.ROWS:
                 if key == "prefill" and info.get("prompt_positions") is not None:
-                    label = f"prefill ms ({info['prompt_positions']} positions)"
+                    label = f"prefill ms ({info['prompt_positions']} positions"
+                    cached = info.get("prompt_positions_cached")
+                    label += f", {cached} from the cache)" if cached else ")"
                 row = stage_row(self.name, f"{wt}:{key}", label, o, t if ref_key else None, ref_key=ref_key,
                                 section=f"generation {wt} ({self.frames} frames, x-vector, greedy)",
                                 weight_type=wt, error=info.get("error"))

@@ -79,6 +79,7 @@ codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::str
     const size_t         rb = row_bytes(w);
     std::vector<uint8_t> src(ggml_nbytes(w));
     ggml_backend_tensor_get(w, src.data(), 0, src.size());
+    ml.release(w);  // only its rearranged copy below is read
     std::vector<uint8_t> dst(src.size());
     for (int p = 0; p < stride; ++p) {
         for (int64_t co = 0; co < c_out; ++co) {

@@ -14,6 +14,7 @@
 
 #if !defined(_WIN32)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 namespace qt {
@@ -338,6 +339,22 @@ std::vector<std::string> model_loader::get_str_array(const char * key) const {
 }
 
 bool model_loader::has_tensor(const std::string & name) const { return tensors_.count(name) != 0; }
+
+void model_loader::release(const ggml_tensor * t) const {
+#if !defined(_WIN32)
+    if (!mapping_ || t->buffer != buffer_.get()) {
+        return;
+    }
+    const auto      page = uintptr_t(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (uintptr_t(t->data) + page - 1) / page * page;
+    const uintptr_t end = (uintptr_t(t->data) + ggml_nbytes(t)) / page * page;
+    if (end > begin) {
+        madvise(reinterpret_cast<void *>(begin), end - begin, MADV_DONTNEED);
+    }
+#else
+    (void) t;
+#endif
+}
 
 ggml_tensor * model_loader::require(const std::string & name) {
     auto it = tensors_.find(name);

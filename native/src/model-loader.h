@@ -45,6 +45,9 @@ public:
     // Same, for tensors whose shape the caller checks itself.
     ggml_tensor * require(const std::string & name);
     bool          has_tensor(const std::string & name) const;
+    // `t` is no longer read (its user keeps a rearranged copy): where the weights are mapped,
+    // the pages wholly inside it leave the process's memory (they stay in the page cache).
+    void          release(const ggml_tensor * t) const;
 
     // Moves ownership of the weights out (contexts, buffer and the file mapping the buffer may
     // point into: it must outlive the buffer) once loading is done.

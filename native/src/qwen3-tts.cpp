@@ -49,6 +49,7 @@ struct qt_context {
     qt::prompt_builder                prompts;
     qt::code_predictor                predictor;
     std::unique_ptr<qt::code_predictor_state> predictor_state;  // built on the first request
+    qt::prefill_cache                 prefills;
     std::vector<std::string>          language_names;  // parallel to prompts.language_ids()
     int32_t                           eos_id = 0;
     qt_model_info                     info{};
@@ -443,7 +444,8 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
             ctx->predictor_state = std::make_unique<qt::code_predictor_state>(ctx->predictor, *ctx->backend);
         }
         result = qt::synthesize(*ctx->backend, ctx->dumper,
-                                { ctx->talker, ctx->prompts, *ctx->predictor_state, ctx->codec_dec }, req);
+                                { ctx->talker, ctx->prompts, *ctx->predictor_state, ctx->codec_dec, &ctx->prefills },
+                                req);
     });
     if (status != QT_STATUS_OK) {
         return status;

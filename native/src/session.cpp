@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 namespace qt {
 
@@ -29,6 +30,29 @@ private:
 
 } // namespace
 
+const talker_prefix * prefill_cache::find(const float * embeds, int64_t n, int64_t hidden) const {
+    for (const talker_prefix & e : entries_) {
+        if (e.n == n && int64_t(e.embeds.size()) == n * hidden &&
+            memcmp(e.embeds.data(), embeds, e.embeds.size() * sizeof(float)) == 0) {
+            return &e;
+        }
+    }
+    return nullptr;
+}
+
+void prefill_cache::put(talker_prefix && prefix) {
+    entries_.remove_if([&](const talker_prefix & e) { return e.embeds == prefix.embeds; });
+    entries_.push_front(std::move(prefix));
+    size_t total = 0;
+    for (const talker_prefix & e : entries_) {
+        total += e.bytes();
+    }
+    while (entries_.size() > 1 && (entries_.size() > k_max_entries || total > k_max_bytes)) {
+        total -= entries_.back().bytes();
+        entries_.pop_back();
+    }
+}
+
 synthesis_result synthesize(const cpu_backend & backend, const stage_dumper & dumper, const synthesis_models & m,
                             const synthesis_request & req) {
     using clock = std::chrono::steady_clock;
@@ -42,7 +66,18 @@ synthesis_result synthesize(const cpu_backend & backend, const stage_dumper & du
     auto t0 = clock::now();
     talker_state state(m.talker_model, backend, p.n_prefill + req.max_frames + 1);
     talker_output out;
-    state.prefill(dumper, p.prefill.data(), p.n_prefill, out);
+    int64_t       reused = 0;  // prompt positions restored from the prefill cache
+    const bool    use_cache = m.prefills && !dumper.enabled();  // a dump shows every prefill stage
+    if (const talker_prefix * hit = use_cache ? m.prefills->find(p.prefill.data(), p.n_prefill, H) : nullptr) {
+        state.load_prefix(*hit);
+        out = hit->out;
+        reused = hit->n;
+    } else {
+        state.prefill(dumper, p.prefill.data(), p.n_prefill, out);
+        if (use_cache) {
+            m.prefills->put(state.save_prefix(p.prefill.data(), out));
+        }
+    }
     const double t_prefill = ms_since(t0);
 
     talker_sampler sampler(req.talker);
@@ -126,8 +161,9 @@ synthesis_result synthesize(const cpu_backend & backend, const stage_dumper & du
     const double frames = double(std::max<int64_t>(result.n_frames, 1));
     const double audio_s = double(result.pcm.size()) / double(m.decoder.hparams().sample_rate);
     const double wall_ms = ms_since(t_start);
-    QT_LOG_INFO("[Perf] prompt build: %.1f ms (%lld positions), prefill: %.1f ms, time to first frame: %.1f ms",
-                t_prompt, (long long) p.n_prefill, t_prefill, t_first_frame);
+    QT_LOG_INFO("[Perf] prompt build: %.1f ms (%lld positions), prefill: %.1f ms (%lld positions from the cache), "
+                "time to first frame: %.1f ms",
+                t_prompt, (long long) p.n_prefill, t_prefill, (long long) reused, t_first_frame);
     QT_LOG_INFO("[Perf] %lld frames%s: talker %.1f ms/frame, code predictor %.1f ms/frame, total %.1f ms",
                 (long long) result.n_frames, result.reached_eos ? " (EOS)" : " (frame cap)", t_talker / frames,
                 t_predictor / frames, wall_ms);

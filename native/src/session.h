@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <vector>
 
 namespace qt {
@@ -43,6 +44,27 @@ struct synthesis_result {
     bool                 reached_eos = false;
 };
 
+// The talker's recent prefills, the most recently computed first. A request whose prompt is one
+// of them (the same voice, language and text, whatever the seed or sampling) restores its cache
+// rows and output instead of computing them: "generate again" and the runaway watchdog's retry
+// cost no prefill. The prompts are compared by their embeddings, bit for bit. Only whole
+// prompts are reused: a shared prefix with the rest computed on top would round differently
+// from one prefill over all positions with quantized weights (measured at q8_0: other codes from
+// the second frame), and the same request must give the same audio. Bounded in entries and
+// bytes (an in-context voice's prefill holds ~0.2 MiB per reference frame at the 0.6B size).
+class prefill_cache {
+public:
+    // The entry whose prompt is exactly `embeds` (n positions of `hidden` floats), or null.
+    const talker_prefix * find(const float * embeds, int64_t n, int64_t hidden) const;
+    void                  put(talker_prefix && prefix);
+
+    static constexpr size_t k_max_entries = 8;
+    static constexpr size_t k_max_bytes = size_t(64) << 20;
+
+private:
+    std::list<talker_prefix> entries_;
+};
+
 // The loaded components, and the code predictor's frame graph, which the context builds once
 // and reuses for every request (its sampling parameters are graph inputs).
 struct synthesis_models {
@@ -50,6 +72,7 @@ struct synthesis_models {
     const prompt_builder & prompts;
     code_predictor_state & predictor;
     const codec_decoder &  decoder;
+    prefill_cache *        prefills = nullptr;  // none: every prefill is computed
 };
 
 // Throws qt::error (QT_STATUS_CANCELLED when `cancelled` or `on_chunk` said so). Dumps the prompt, the

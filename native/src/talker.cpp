@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #    include <immintrin.h>
@@ -435,6 +437,52 @@ void talker_state::build_step_graph() {
     if (!step_alloc_ || !ggml_gallocr_alloc_graph(step_alloc_.get(), step_graph_)) {
         throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the talker step graph");
     }
+}
+
+size_t talker_prefix::bytes() const {
+    size_t total = embeds.size() * sizeof(float) + (out.logits.size() + out.hidden.size()) * sizeof(float);
+    for (const auto * rows : { &k, &v }) {
+        for (const auto & layer : *rows) {
+            total += layer.size();
+        }
+    }
+    return total;
+}
+
+talker_prefix talker_state::save_prefix(const float * embeds, const talker_output & out) const {
+    const talker_hparams & hp = model_.hp_;
+    talker_prefix          prefix;
+    prefix.n = n_past_;
+    prefix.embeds.assign(embeds, embeds + n_past_ * hp.hidden);
+    prefix.out = out;
+    for (auto [cache, rows] : { std::pair{ &k_cache_, &prefix.k }, std::pair{ &v_cache_, &prefix.v } }) {
+        for (ggml_tensor * t : *cache) {
+            const size_t head_block = t->nb[2], used = size_t(n_past_) * t->nb[1];  // rows of one kv head
+            std::vector<uint8_t> & out_rows = rows->emplace_back(used * size_t(hp.kv_heads));
+            for (int64_t h = 0; h < hp.kv_heads; ++h) {
+                ggml_backend_tensor_get(t, out_rows.data() + size_t(h) * used, size_t(h) * head_block, used);
+            }
+        }
+    }
+    return prefix;
+}
+
+void talker_state::load_prefix(const talker_prefix & prefix) {
+    const talker_hparams & hp = model_.hp_;
+    if (n_past_ != 0 || prefix.n < 1 || prefix.n > capacity_ || prefix.k.size() != k_cache_.size()) {
+        throw error(QT_STATUS_FAILED, format("talker: cannot restore %lld cached positions at %lld",
+                                             (long long) prefix.n, (long long) n_past_));
+    }
+    for (auto [cache, rows] : { std::pair{ &k_cache_, &prefix.k }, std::pair{ &v_cache_, &prefix.v } }) {
+        for (size_t il = 0; il < cache->size(); ++il) {
+            ggml_tensor * t = (*cache)[il];
+            const size_t  head_block = t->nb[2], used = size_t(prefix.n) * t->nb[1];
+            for (int64_t h = 0; h < hp.kv_heads; ++h) {
+                ggml_backend_tensor_set(t, (*rows)[il].data() + size_t(h) * used, size_t(h) * head_block, used);
+            }
+        }
+    }
+    n_past_ = prefix.n;
 }
 
 void talker_state::prefill(const stage_dumper & dumper, const float * embeds, int64_t n, talker_output & out) {

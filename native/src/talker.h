@@ -46,6 +46,16 @@ struct talker_output {
     std::vector<float> hidden;  // [hidden]
 };
 
+// The cache rows and the last output of a prefill: another request with the same prompt
+// restores them instead of computing them again (prefill_cache, session.h).
+struct talker_prefix {
+    std::vector<float>                embeds;  // (hidden, n) position-major: the prompt it holds
+    int64_t                           n = 0;
+    std::vector<std::vector<uint8_t>> k, v;    // per layer: kv_heads blocks of n cache rows
+    talker_output                     out;     // after position n - 1
+    size_t bytes() const;
+};
+
 class talker {
 public:
     void load(model_loader & loader);
@@ -109,6 +119,11 @@ public:
     void prefill(const stage_dumper & dumper, const float * embeds, int64_t n, talker_output & out);
     // One position.
     void step(const float * embed, talker_output & out);
+
+    // The first n_past() positions, whose prompt embeddings were `embeds`, and `out` after them.
+    talker_prefix save_prefix(const float * embeds, const talker_output & out) const;
+    // Starts after all of `prefix` (on a fresh state): n_past() becomes prefix.n.
+    void load_prefix(const talker_prefix & prefix);
 
 private:
     void build_step_graph();
