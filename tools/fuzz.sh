@@ -19,6 +19,8 @@ bash tools/system-packages.sh fuzz
 bash tools/setup-venv.sh
 py="$PWD/${VOCABLE_VENV:-.venv}/bin/python"
 "$py" -m pip install -q atheris==2.3.0 cmake ninja
+# CMake looks for ninja on PATH; on a fresh machine the venv's is the only one
+export PATH="$(dirname "$py"):$PATH"
 root="$PWD"
 build="$root/build/fuzz"
 mkdir -p "$build"

@@ -21,6 +21,8 @@ bash tools/setup-venv.sh
 venv="$(cd "${VOCABLE_VENV:-.venv}" && pwd)"
 py="$venv/bin/python"
 "$py" -m pip install -q cmake ninja
+# CMake looks for ninja on PATH; on a fresh machine the venv's is the only one
+export PATH="$venv/bin:$PATH"
 
 build=build/native-tests
 flags=(-DCMAKE_BUILD_TYPE=Release)
