@@ -164,16 +164,33 @@ def test_table_lists_every_row():
     assert torch.split()[-3:] == ["4.00x", "256.00x", "6.00x"]
     assert any("qwentts.cpp" in ln and "not run: qwentts.cpp's converter" in ln for ln in lines)
     assert any(ln.split()[:2] == ["vox", "f32"] and "not installed: no peers' Python at /x" in ln for ln in lines)
+    # a row that did not run, with the longest engine name: the columns still line up
+    rows = [measured("vocable", "q8_0", 8000.0), peers.not_measured("pytorch", "q8_0", "not run", "fp32 only"),
+            measured("vox", "q8_0", 9000.0)]
+    lines = peers.table_lines(rows)[3:]
+    starts = {ln.index(r.weights, 2 + len(peers.LABELS[r.engine])) for ln, r in zip(lines, rows)}
+    assert len(starts) == 1 and lines[1].endswith("not run: fp32 only")
 
 
 # ---- child processes ------------------------------------------------------------------------
 
-def test_child_peak_rss_is_its_own():
-    big = peers.run_child([sys.executable, "-c", "x = bytearray(300 << 20); x[::4096] = b'1' * len(x[::4096]); "
-                                                 "print('{\"ok\": 1}')"])
-    small = peers.run_child([sys.executable, "-c", "print('{\"ok\": 2}')"])
-    assert big.returncode == small.returncode == 0 and big.last_json() == {"ok": 1}
-    assert big.peak_rss_mib > 300 > small.peak_rss_mib
+def test_child_peak_rss_is_its_own(tmp_path):
+    """Even after this process has peaked higher (which a child's ru_maxrss would inherit)."""
+    x = bytearray(400 << 20)
+    x[::4096] = b"1" * len(x[::4096])
+    del x
+    script = tmp_path / "child.py"
+    script.write_text("import sys\nx = bytearray(int(sys.argv[1]) << 20)\nx[::4096] = b'1' * len(x[::4096])\n"
+                      "print('{\"ok\": %s}' % sys.argv[1])\nsys.exit(int(sys.argv[2]))\n")
+    big = peers.run_child(peers.python_child(sys.executable, str(script), "200", "0"))
+    small = peers.run_child(peers.python_child(sys.executable, str(script), "0", "0"))
+    assert big.returncode == small.returncode == 0 and big.last_json() == {"ok": 200}
+    assert small.peak_rss_mib < 100 < 200 < big.peak_rss_mib < 300
+    assert peers.HWM_MARK not in big.stderr
+    failed = peers.run_child(peers.python_child(sys.executable, str(script), "0", "3"))   # exits: still reported
+    assert failed.returncode == 3 and failed.peak_rss_mib < 100 and failed.why() == "exit status 3: (nothing on stderr)"
+    module = peers.run_child(peers.python_child(sys.executable, "-m", "json.tool", str(tmp_path / "no.json")))
+    assert module.returncode == 2 and "No such file" in module.why() and module.peak_rss_mib < 100
 
 
 def test_child_failure_and_timeout():

@@ -8,7 +8,7 @@ bench's random-weight one with the real Qwen3-TTS-12Hz-0.6B-Base shapes (vocable
 built and cached once); each peer converts that same Hugging Face folder with its own converter,
 once per weight type (cached under <cache>/peers/). Each engine and weight type runs in a child
 process of its own: it loads the model, makes the voice, runs 1 warm-up and --repeats timed
-syntheses; the table shows medians, and the child's peak RSS (ru_maxrss from wait4: model load
+syntheses; the table shows medians, and the child's peak RSS (its VmHWM at exit: model load
 included).
 
 The engines and how each is driven (the "weights" column names what each loads per type):
@@ -207,6 +207,8 @@ def table_lines(rows: list[Row]) -> list[str]:
                          _ratio(x.get("rtf")), _ratio(x.get("first_audio")), _ratio(x.get("peak_rss"))))
     cells = [head] + [b for b in body if isinstance(b, tuple) and len(b) == len(head)]
     w = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    for i in (0, 1):   # the engine and weights of rows that did not run line up too
+        w[i] = max([w[i]] + [len(b[i]) for b in body if isinstance(b, tuple)])
 
     def fmt(c: tuple) -> str:
         if len(c) != len(head):   # a row that did not run: its reason across the figure columns
@@ -275,10 +277,40 @@ class ChildResult:
         return f"exit status {self.returncode}: {tail}"
 
 
+# Runs a Python script (or -m module) and, as the interpreter exits, writes its VmHWM to stderr.
+# The peak RSS comes from there: the ru_maxrss of a child (wait4, RUSAGE_CHILDREN) starts at
+# the parent's own peak, which exec records as the child's (subprocess starts it with vfork).
+HWM_MARK = "[peers] VmHWM kB: "
+_HWM_WRAPPER = (
+    "import atexit, runpy, sys\n"
+    "def _hwm():\n"
+    "    try:\n"
+    "        with open('/proc/self/status') as f:\n"
+    "            kb = [ln.split()[1] for ln in f if ln.startswith('VmHWM:')]\n"
+    f"        sys.stderr.write('\\n{HWM_MARK}' + kb[0] + '\\n')\n"
+    "        sys.stderr.flush()\n"
+    "    except (OSError, IndexError):\n"
+    "        pass\n"
+    "atexit.register(_hwm)\n"
+    "sys.argv = sys.argv[1:]\n"
+    "if sys.argv[0] == '-m':\n"
+    "    del sys.argv[0]\n"
+    "    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+    "else:\n"
+    "    runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def python_child(python: str, *args: str) -> list[str]:
+    """The command that runs `python args...` (a script and its arguments, or -m module ...)
+    and reports its peak RSS to run_child."""
+    return [python, "-c", _HWM_WRAPPER, *args]
+
+
 def run_child(cmd: list[str], env: dict | None = None, cwd: Path | None = None,
               timeout: float = CHILD_TIMEOUT_S) -> ChildResult:
-    """Runs `cmd` and returns its output and its own peak RSS (ru_maxrss from wait4, so only
-    this child's, whatever else this process started)."""
+    """Runs `cmd` and returns its output and its peak RSS: the VmHWM a python_child command
+    reports as it exits, else ru_maxrss from wait4 (an upper bound: exec carries the parent's
+    peak into it)."""
     import tempfile
 
     killed = threading.Event()
@@ -297,14 +329,19 @@ def run_child(cmd: list[str], env: dict | None = None, cwd: Path | None = None,
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return ChildResult(proc.returncode, out.read(), err.read(), usage.ru_maxrss / 1024.0, killed.is_set())
+        stderr, peak = err.read(), usage.ru_maxrss / 1024.0
+        reported = [ln for ln in stderr.splitlines() if ln.startswith(HWM_MARK)]
+        if reported:
+            peak = int(reported[-1][len(HWM_MARK):]) / 1024.0
+            stderr = "\n".join(ln for ln in stderr.splitlines() if not ln.startswith(HWM_MARK))
+        return ChildResult(proc.returncode, out.read(), stderr, peak, killed.is_set())
 
 
 def child_command(python: str, engine: str, model: str, clip: Path, threads: int, frames: int, repeats: int,
                   text: str, language: str) -> list[str]:
-    return [python, str(Path(__file__).resolve()), "--child", engine, "--model", model, "--clip", str(clip),
-            "--threads", str(threads), "--frames", str(frames), "--repeats", str(repeats), "--text", text,
-            "--language", language]
+    return python_child(python, str(Path(__file__).resolve()), "--child", engine, "--model", model, "--clip",
+                        str(clip), "--threads", str(threads), "--frames", str(frames), "--repeats", str(repeats),
+                        "--text", text, "--language", language)
 
 
 def row_from_child(engine: str, weight_type: str, res: ChildResult) -> Row:
@@ -723,9 +760,9 @@ def run_pytorch(s: Setup, clip: Path) -> Row:
 
     script = TOOLS_DIR / SYNTHESIS_SCRIPT
     outputs = s.work / f"pytorch-{os.getpid()}.npz"
-    cmd = [s.reference_python, str(script), "--model-dir", str(s.hf_dir), "--clip", str(clip), "--outputs",
-           str(outputs), "--threads", str(s.threads), "--repeats", str(s.repeats), "--frames", str(s.frames),
-           "--text", s.text, "--language", s.language]
+    cmd = python_child(s.reference_python, str(script), "--model-dir", str(s.hf_dir), "--clip", str(clip),
+                       "--outputs", str(outputs), "--threads", str(s.threads), "--repeats", str(s.repeats),
+                       "--frames", str(s.frames), "--text", s.text, "--language", s.language)
     env = dict(os.environ, OMP_NUM_THREADS=str(s.threads), MKL_NUM_THREADS=str(s.threads), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     say(f"PyTorch, f32: {script.name} ({s.reference_python})")
