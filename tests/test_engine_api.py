@@ -440,3 +440,14 @@ def test_a_cached_prefill_gives_the_same_output_as_a_computed_one(converted, cap
         with Engine(path, threads=2) as fresh:
             want = fresh.synthesize(text, voice, "English", greedy=True, max_frames=6).result()
         assert np.array_equal(got.codes, want.codes) and np.array_equal(got.audio, want.audio), text
+
+
+def test_forgotten_prompts_are_computed_again(converted, caplog):
+    voice = Voice(reference("0.6b", "speaker_embedding"))
+    with caplog.at_level(logging.INFO, logger="vocable.engine"):
+        with Engine(converted("0.6b", "q8_0"), threads=1) as engine:
+            first = engine.synthesize("Hello world.", voice, greedy=True, max_frames=4).result()
+            engine.forget_prompts()
+            again = engine.synthesize("Hello world.", voice, greedy=True, max_frames=4).result()
+    assert [cached for _, cached in _prefill_reuse(caplog.records)] == [0, 0]
+    assert np.array_equal(first.audio, again.audio)

@@ -404,7 +404,9 @@ def synthesis_runs(engine, inp: BenchInput) -> dict[str, TypeRuns]:
 
 
 def _synthesize(eng, voice, frames: int) -> SynthesisCall:
-    """One greedy synthesis, timed: the stream is consumed chunk by chunk, as a player would."""
+    """One greedy synthesis, timed: the stream is consumed chunk by chunk, as a player would. The
+    engine's cached prompts are dropped first, so every call times a new prompt's prefill."""
+    eng.forget_prompts()
     with engine_perf_lines() as lines:
         t0 = time.perf_counter()
         first, chunks = None, 0
@@ -510,8 +512,7 @@ class GenerationStages(PerTypeStages):
                 res.outputs[f"{wt}:codes"] = call.result.codes
                 info["prompt_positions"] = int(positions)
                 continue
-            # the same voice and text again: the engine restores the prefill from its cache
-            info["prompt_positions_cached"] = int(cached)
+            info["prompt_positions_cached"] = int(cached)   # 0: _synthesize drops the cached prompts
             for key, v in (("talker", talker), ("code_predictor", predictor), ("total", talker + predictor),
                            ("prefill", prefill), ("first_frame", first)):
                 runs[key].append(v)

@@ -613,6 +613,13 @@ class Engine:
         except _engine.EngineError as e:
             raise VocableError(f"cannot decode: {e.args[0]}") from e
 
+    def forget_prompts(self) -> None:
+        """Drops the engine's cached prompts, so that the next synthesis computes its prefill
+        even for a prompt it has seen (the bench times a new prompt this way). Waits for a
+        running synthesis to end."""
+        with self._lock:
+            self._ctx.forget_prompts()
+
     def cancel(self) -> None:
         """Stops the synthesis running on this engine, if any (it raises SynthesisCancelled)."""
         active = self._active

@@ -224,6 +224,12 @@ QT_API void qt_free(qt_context * ctx);
 /* Returns QT_STATUS_OK, or QT_STATUS_INVALID_PARAMS on NULL arguments. */
 QT_API qt_status qt_get_model_info(const qt_context * ctx, qt_model_info * out);
 
+/* The context keeps its last few talker prefills: a request whose prompt equals one of them
+ * (same voice, language and text, any seed) restores it instead of computing it, with the same
+ * output. This forgets them (to time a new prompt, or to free their memory, at most 64 MiB).
+ * Not while a synthesis runs on the context. NULL is a no-op. */
+QT_API void qt_forget_prompts(qt_context * ctx);
+
 /* Shortest and longest reference clip the engine accepts, in samples at 24 kHz. */
 QT_API int32_t qt_voice_ref_min_samples(void);
 QT_API int32_t qt_voice_ref_max_samples(void);

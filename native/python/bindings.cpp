@@ -262,6 +262,8 @@ public:
 
     void cancel() { cancel_requested_ = true; }
 
+    void forget_prompts() { qt_forget_prompts(checked()); }
+
 private:
     static void read_sampling(const py::dict & d, qt_sampling & s) {
         for (auto item : d) {
@@ -371,6 +373,7 @@ PYBIND11_MODULE(_engine, m) {
              py::arg("talker_sampling") = py::dict(), py::arg("predictor_sampling") = py::dict(), py::arg("seed") = 0,
              py::arg("max_frames") = 0, py::arg("on_chunk") = py::none(), py::arg("cancel_flag") = py::none())
         .def("decode", &engine_context::decode, py::arg("codes"), py::arg("chunk_frames") = 0)
-        .def("cancel", &engine_context::cancel, "Asks a running synthesize() on another thread to stop.");
+        .def("cancel", &engine_context::cancel, "Asks a running synthesize() on another thread to stop.")
+        .def("forget_prompts", &engine_context::forget_prompts, "Drops the cached talker prefills.");
     m.def("default_max_frames", &qt_default_max_frames, py::arg("n_text_ids"));
 }

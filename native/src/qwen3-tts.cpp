@@ -234,6 +234,12 @@ void qt_free(qt_context * ctx) {
 #endif
 }
 
+void qt_forget_prompts(qt_context * ctx) {
+    if (ctx) {
+        ctx->prefills.clear();
+    }
+}
+
 qt_status qt_get_model_info(const qt_context * ctx, qt_model_info * out) {
     if (!ctx || !out) {
         qt::set_last_error("qt_get_model_info: NULL argument");

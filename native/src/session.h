@@ -57,6 +57,7 @@ public:
     // The entry whose prompt is exactly `embeds` (n positions of `hidden` floats), or null.
     const talker_prefix * find(const float * embeds, int64_t n, int64_t hidden) const;
     void                  put(talker_prefix && prefix);
+    void                  clear() { entries_.clear(); }
 
     static constexpr size_t k_max_entries = 8;
     static constexpr size_t k_max_bytes = size_t(64) << 20;
