@@ -305,6 +305,7 @@ def test_a_run_without_peers(tmp_path, monkeypatch, capsys):
         assert all(0 < first <= wall for first, wall in zip(v["first_audio_ms"], v["wall_ms"]))
         assert v["samples"] == [6 * FRAME] * 2 and v["peak_rss_mib"] > 20
         assert v["vs_vocable"] == {"rtf": 1.0, "first_audio": 1.0, "peak_rss": 1.0}
+        assert v["info"]["forget_prompts"] is True   # each run computes its prefill, as the peers'
         for peer in ("qwentts.cpp", "vox"):
             assert rows[(peer, wt)]["status"] == "not installed" and "no peers' Python" in rows[(peer, wt)]["reason"]
     assert rows[("pytorch", "f32")]["status"] == "not installed"

@@ -13,7 +13,9 @@ included).
 
 The engines and how each is driven (the "weights" column names what each loads per type):
   - Vocable: `Engine(gguf, threads=N, share_cores=False)` (the thread count held fixed, as
-    the peers'), `embed_voice(clip)`, `synthesize(text, voice, greedy=True, max_frames=F)`.
+    the peers'), `embed_voice(clip)`, `synthesize(text, voice, greedy=True, max_frames=F)`,
+    with `forget_prompts()` before each (untimed: else it restores the prefill of the same
+    prompt from its cache, which the peers do not have).
   - qwentts.cpp, through its CPU wheel realtimetts-qwen-native-cpu (import qwentts_cpp_cpu):
     `QwenTTS(talker, codec, cpu_threads=N)` (serial: no codec overlap threads),
     `extract_voice_ref(clip)`, `stream(text, ref_spk_emb=..., do_sample=False,
@@ -365,8 +367,20 @@ def row_from_child(engine: str, weight_type: str, res: ChildResult) -> Row:
 
 # -- in the child: one engine ------------------------------------------------------------------
 
-def _timed(start) -> dict:
+@dataclass
+class Opened:
+    """An engine loaded in the child, with its voice made."""
+    start: object                  # () -> iterator of audio chunks: begins one synthesis
+    voice_s: float
+    info: dict
+    before: object = None          # () -> None, untimed, before each synthesis
+    after: object = None           # () -> dict of more info, once all have run
+
+
+def _timed(start, before=None) -> dict:
     """One synthesis: `start()` begins it and returns its stream of audio chunks (arrays)."""
+    if before:
+        before()
     t0 = time.perf_counter()
     first, samples = None, 0
     for chunk in start():
@@ -387,7 +401,11 @@ def _open_vocable(a, clip):
 
     def start():
         return iter(eng.synthesize(a.text, voice, a.language, greedy=True, max_frames=a.frames))
-    return start, voice_s, {"backend": _engine.system_info()}
+    # The engine keeps recent prefills and restores one for the same voice and text: every run
+    # here would be "the same prompt again". Dropped before each, so each computes its prefill
+    # as the peers do (engines built before forget_prompts had no such cache).
+    forget = getattr(eng, "forget_prompts", None)
+    return Opened(start, voice_s, {"backend": _engine.system_info(), "forget_prompts": forget is not None}, forget)
 
 
 def _open_qwentts(a, clip):
@@ -402,7 +420,7 @@ def _open_qwentts(a, clip):
     def start():
         return (chunk for chunk, _rate in tts.stream(text=a.text, lang=a.language.lower(), ref_spk_emb=ref.ref_spk_emb,
                                                     do_sample=False, max_new_tokens=a.frames, seed=0))
-    return start, voice_s, {"version": q.__version__, "native": tts.library.version()}
+    return Opened(start, voice_s, {"version": q.__version__, "native": tts.library.version()})
 
 
 def _open_vox(a, clip):
@@ -415,8 +433,11 @@ def _open_vox(a, clip):
 
     def start():
         return eng.stream(a.text, voice, max_frames=a.frames, top_k=1, sub_top_k=1, seed=0, language=a.language.lower())
+    def after():   # what the voice keeps for this model after the runs (vox caches a voice's KV rows)
+        return {"voice_kv_fingerprints": voice.info.get("kv_fingerprints"), "stats": eng.stats().get("backend")}
     plan = eng.plan
-    return start, voice_s, {"version": vox.__version__, "threads": plan.get("threads"), "mode": plan.get("mode")}
+    return Opened(start, voice_s, {"version": vox.__version__, "threads": plan.get("threads"),
+                                   "mode": plan.get("mode")}, after=after)
 
 
 CHILD_ENGINES = {"vocable": _open_vocable, "qwentts.cpp": _open_qwentts, "vox": _open_vox}
@@ -428,12 +449,13 @@ def child_main(a) -> None:
 
     clip = np.ascontiguousarray(np.load(a.clip), dtype=np.float32)
     t0 = time.perf_counter()
-    start, voice_s, info = CHILD_ENGINES[a.child](a, clip)
-    load_s = time.perf_counter() - t0 - voice_s
-    warmup = _timed(start)
-    runs = [_timed(start) for _ in range(a.repeats)]
-    print(json.dumps({"engine": a.child, "load_s": round(load_s, 3), "voice_s": round(voice_s, 3), "warmup": warmup,
-                      "runs": runs, "info": info}), flush=True)
+    e = CHILD_ENGINES[a.child](a, clip)
+    load_s = time.perf_counter() - t0 - e.voice_s
+    warmup = _timed(e.start, e.before)
+    runs = [_timed(e.start, e.before) for _ in range(a.repeats)]
+    info = {**e.info, **(e.after() if e.after else {})}
+    print(json.dumps({"engine": a.child, "load_s": round(load_s, 3), "voice_s": round(e.voice_s, 3),
+                      "warmup": warmup, "runs": runs, "info": info}), flush=True)
 
 
 # -- in the child: qwentts.cpp's quantizer, ported ---------------------------------------------
