@@ -3,6 +3,7 @@
 #include "cpu-ops.h"
 #include "gguf-names.h"
 #include "log.h"
+#include "winograd.h"
 
 #include <algorithm>
 #include <initializer_list>
@@ -16,6 +17,7 @@ namespace {
 
 // Taps of every residual unit's dilated convolution (fixed by the architecture).
 constexpr int k_res_kernel = 7;
+static_assert(k_res_kernel == k_winograd_taps, "residual units run their 7-tap convolutions by F(6, 7)");
 constexpr int k_res_dilations[] = { 1, 3, 9 };
 constexpr int k_dw_kernel = 7;       // ConvNeXt depthwise conv
 constexpr int k_conv_kernel = 7;     // decoder input and output convs
@@ -47,6 +49,17 @@ codec_decoder::conv codec_decoder::load_conv(model_loader & ml, const std::strin
         slot_frames_.push_back(c.history);
     }
     return c;
+}
+
+void codec_decoder::to_winograd(model_loader & ml, conv & c) {
+    const int64_t c_out = c.w->ne[2];
+    const std::vector<float> u = winograd_weights(tensor_f32(c.w), c.c_in, c_out);
+    ml.release(c.w);
+    c.w = nullptr;
+    c.winograd = ggml_new_tensor_3d(derived_ctx_.get(), GGML_TYPE_F32, c.c_in, c_out, k_winograd_points);
+    std::vector<uint8_t> bytes(u.size() * sizeof(float));
+    std::memcpy(bytes.data(), u.data(), bytes.size());
+    pending_.push_back({ c.winograd, std::move(bytes) });
 }
 
 // Output sample n of a transposed conv with kernel m * s and stride s, its right overhang
@@ -262,6 +275,7 @@ void codec_decoder::load(model_loader & ml) {
             residual_unit     u;
             u.act1 = load_snake(ml, q + "snake1", c_out);
             u.conv1 = load_conv(ml, q + "conv1", c_out, c_out, k_res_kernel, k_res_dilations[j], true);
+            to_winograd(ml, u.conv1);
             u.act2 = load_snake(ml, q + "snake2", c_out);
             u.conv2 = load_conv(ml, q + "conv2", c_out, c_out, 1, 1, true);
             b.res.push_back(u);
@@ -362,6 +376,10 @@ std::vector<float> codec_stream::run(const cpu_backend & backend, const stage_du
         return all;
     };
     auto causal = [&](const codec_decoder::conv & c, ggml_tensor * x, ggml_tensor * residual = nullptr) {
+        if (c.winograd) {
+            GGML_ASSERT(!residual);
+            return winograd_conv(ctx, with_history(x, c.slot), c.winograd, c.b, c.dilation);
+        }
         return conv1d(ctx, with_history(x, c.slot), c.w, c.b, 1, c.dilation, residual);
     };
     auto transposed = [&](const codec_decoder::tconv & t, ggml_tensor * x) {

@@ -86,8 +86,9 @@ private:
 
     // A causal convolution: `history` input frames of the previous chunk come before the chunk.
     struct conv {
-        ggml_tensor * w = nullptr;  // (C_in, K, C_out)
+        ggml_tensor * w = nullptr;  // (C_in, K, C_out); null where `winograd` replaces it
         ggml_tensor * b = nullptr;  // (C_out) or null
+        ggml_tensor * winograd = nullptr;  // (C_in, C_out, points) f32: 7 taps computed by F(6, 7)
         int           dilation = 1;
         int64_t       c_in = 0;
         int64_t       history = 0;  // dilation * (K - 1)
@@ -144,6 +145,8 @@ private:
 
     conv  load_conv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel,
                     int dilation, bool bias);
+    // Replaces a 7-tap convolution's weight by its Winograd transform (winograd.h).
+    void  to_winograd(model_loader & ml, conv & c);
     tconv load_tconv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride);
     snake load_snake(model_loader & ml, const std::string & name, int64_t channels);
     void  derive_weights(model_loader & ml);

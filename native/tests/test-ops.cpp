@@ -3,6 +3,7 @@
 #include "graph.h"
 #include "log.h"
 #include "test-check.h"
+#include "winograd.h"
 
 #include <algorithm>
 #include <chrono>
@@ -90,6 +91,58 @@ void test_conv(const qt::cpu_backend & backend, int64_t K, int stride, int dilat
         return;
     }
     expect_close(name, run.read_f32(y), want, 1e-4f);
+}
+
+// winograd_conv against the direct convolution in double: every dilation the decoder uses, outputs
+// that fill the last tile partly (T_out 1, 5, 37), channel counts off the 16-lane blocks, input
+// rows at a stride (a view of wider frames). Returns the outputs for the bit-for-bit comparison
+// of the instruction sets.
+std::vector<float> test_winograd(const qt::cpu_backend & backend, int dilation, int64_t t_out, int64_t c_in,
+                                 int64_t c_out, bool bias) {
+    std::mt19937  rng(7 + dilation * 31 + t_out * 3 + c_in);
+    const int64_t K = qt::k_winograd_taps;
+    const int64_t T = t_out + dilation * (K - 1);
+    const int64_t wide = c_in + 3;  // x's frames hold 3 more channels than the convolution reads
+    auto xw = random_vector(size_t(T * wide), rng);
+    std::vector<float> x(size_t(T * c_in));
+    for (int64_t t = 0; t < T; ++t) {
+        std::copy_n(xw.begin() + t * wide, c_in, x.begin() + t * c_in);
+    }
+    auto w = random_vector(size_t(K * c_out * c_in), rng);
+    auto b = random_vector(size_t(c_out), rng);
+    int64_t n_out = 0;
+    auto want = naive_conv(x, T, c_in, w, c_out, K, 1, dilation, &n_out);
+    if (bias) {
+        for (size_t i = 0; i < want.size(); ++i) {
+            want[i] += b[i % size_t(c_out)];
+        }
+    }
+    const std::vector<float> u = qt::winograd_weights(w, c_in, c_out);
+
+    qt::stage_dumper no_dump;
+    qt::graph_run run(backend, no_dump, 256);
+    ggml_tensor * gxw = run.input_f32("x", xw.data(), { wide, T });
+    ggml_tensor * gx = ggml_view_2d(run.ctx(), gxw, c_in, T, gxw->nb[1], 0);
+    ggml_tensor * gu = run.input_f32("u", u.data(), { c_in, c_out, qt::k_winograd_points });
+    ggml_tensor * gb = bias ? run.input_f32("b", b.data(), { c_out }) : nullptr;
+    ggml_tensor * y = qt::winograd_conv(run.ctx(), gx, gu, gb, dilation);
+    run.compute(y);
+    char name[96];
+    snprintf(name, sizeof(name), "winograd_conv dilation %d, %lld -> %lld x %lld frames%s", dilation,
+             (long long) c_in, (long long) c_out, (long long) t_out, bias ? " + bias" : "");
+    if (y->ne[0] != c_out || y->ne[1] != n_out || n_out != t_out) {
+        check(false, "%s: output %lld x %lld", name, (long long) y->ne[0], (long long) y->ne[1]);
+        return {};
+    }
+    const std::vector<float> got = run.read_f32(y);
+    double err = 0.0, ref = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        err += double(got[i] - want[i]) * (got[i] - want[i]);
+        ref += double(want[i]) * want[i];
+    }
+    // F(4, 7) in f32 measures ~1.6e-6 relative RMS; a wrong transform or tile is off by far more
+    check(std::sqrt(err / ref) < 1e-5, "%s: relative RMS error %.2g", name, std::sqrt(err / ref));
+    return got;
 }
 
 // The overlapping window view through ggml_mul_mat and through ggml_cont of the view: the
@@ -474,6 +527,7 @@ int main() {
     return test::run_or_fail([] {
         qt::cpu_backend backend(2);
         printf("kernels: %s (best on this CPU and ggml variant)\n", qt::cpu_kernels_name(qt::cpu_kernels_best()));
+        std::vector<std::vector<float>> winograd_avx2;  // the AVX2 path's outputs, to compare with AVX512
         test_dense_paths(backend);
         test_elu_pad(backend);
         // the building blocks on every path
@@ -487,6 +541,22 @@ int main() {
                 test_conv(backend, 4, 3, 1, extras);
                 test_conv(backend, 3, 1, 3, extras);
                 test_conv(backend, 4, 2, 2, extras);
+            }
+            size_t winograd_case = 0;
+            for (int dilation : { 1, 3, 9 }) {
+                for (int64_t t_out : { 1, 5, 37 }) {
+                    for (int64_t channels : { 21, 40 }) {
+                        const std::vector<float> y = test_winograd(backend, dilation, t_out, channels, channels + 3,
+                                                                   t_out != 5);
+                        if (level == int(qt::cpu_kernels::avx2)) {
+                            winograd_avx2.push_back(y);
+                        } else if (level == int(qt::cpu_kernels::avx512)) {
+                            check(y == winograd_avx2[winograd_case], "winograd_conv: AVX512 and AVX2 differ (case %zu)",
+                                  winograd_case);
+                        }
+                        ++winograd_case;
+                    }
+                }
             }
             test_sliding_windows(backend, 1);
             test_sliding_windows(backend, 3);

@@ -1,0 +1,294 @@
+#include "winograd.h"
+
+#include "cpu-ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+namespace qt {
+
+namespace {
+
+constexpr int k_m = k_winograd_outputs;
+constexpr int k_r = k_winograd_taps;
+constexpr int k_a = k_winograd_points;
+
+// Toom-Cook for the correlation y_j = sum_k g_k d_{j+k} (j < m, k < r, d of length a = m + r - 1):
+// it is the transpose of the polynomial product g(x) h(x) (degree m - 1 for h), which evaluation
+// at a - 1 points plus infinity computes exactly. With E_n the a x n evaluation matrix (rows
+// [1, p, .., p^(n-1)], and [0, .., 0, 1] for infinity), y = E_m^T ((E_r g) * (E_a^-T d)).
+// Points symmetric about 0 and few powers of two keep the f32 error low (chosen by measuring the
+// error of each candidate set against the direct convolution).
+struct transforms {
+    float  input[k_a][k_a];   // B^T = E_a^-T
+    float  output[k_m][k_a];  // A^T = E_m^T
+    double weight[k_a][k_r];  // G = E_r
+};
+
+transforms make_transforms() {
+    const double finite[] = { 0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 0.75, -0.75 };
+    auto evaluation = [&](int point, int power, int n) {
+        if (point == k_a - 1) {
+            return power == n - 1 ? 1.0 : 0.0;  // infinity: the leading coefficient
+        }
+        return std::pow(finite[point], power);
+    };
+    // E_a^-1 by Gauss-Jordan with partial pivoting, in double.
+    double e[k_a][2 * k_a] = {};
+    for (int i = 0; i < k_a; ++i) {
+        for (int j = 0; j < k_a; ++j) {
+            e[i][j] = evaluation(i, j, k_a);
+        }
+        e[i][k_a + i] = 1.0;
+    }
+    for (int c = 0; c < k_a; ++c) {
+        int pivot = c;
+        for (int i = c + 1; i < k_a; ++i) {
+            if (std::fabs(e[i][c]) > std::fabs(e[pivot][c])) {
+                pivot = i;
+            }
+        }
+        std::swap(e[c], e[pivot]);
+        const double p = e[c][c];
+        for (double & v : e[c]) {
+            v /= p;
+        }
+        for (int i = 0; i < k_a; ++i) {
+            if (i != c && e[i][c] != 0.0) {
+                const double f = e[i][c];
+                for (int j = 0; j < 2 * k_a; ++j) {
+                    e[i][j] -= f * e[c][j];
+                }
+            }
+        }
+    }
+    transforms t{};
+    for (int i = 0; i < k_a; ++i) {
+        for (int j = 0; j < k_a; ++j) {
+            const double v = e[j][k_a + i];  // (E_a^-1)^T
+            t.input[i][j] = std::fabs(v) < 1e-12 ? 0.0f : float(v);
+        }
+        for (int k = 0; k < k_r; ++k) {
+            t.weight[i][k] = evaluation(i, k, k_r);
+        }
+        for (int j = 0; j < k_m; ++j) {
+            t.output[j][i] = float(evaluation(i, j, k_m));
+        }
+    }
+    return t;
+}
+
+const transforms & winograd() {
+    static const transforms t = make_transforms();
+    return t;
+}
+
+// Tiles: tile n covers outputs base + dilation * j (j < m) with base = (n / dilation) * dilation *
+// m + n % dilation, so a tile's inputs are every dilation-th frame, as for an undilated filter.
+// Outputs past t_out are not computed; inputs past x's end count as zeros.
+struct tiling {
+    int64_t dilation;
+    int64_t t_out;
+    int64_t n_tiles;
+
+    tiling(int64_t d, int64_t t) : dilation(d), t_out(t), n_tiles((t + d * k_m - 1) / (d * k_m) * d) {}
+    int64_t base(int64_t n) const { return n / dilation * dilation * k_m + n % dilation; }
+};
+
+// userdata of both transforms: the dilation.
+void *  pack_dilation(int64_t dilation) { return reinterpret_cast<void *>(intptr_t(dilation)); }
+int64_t unpack_dilation(void * userdata) { return int64_t(reinterpret_cast<intptr_t>(userdata)); }
+
+void split(int64_t n, int ith, int nth, int64_t * first, int64_t * last) {
+    *first = n * ith / nth;
+    *last = n * (ith + 1) / nth;
+}
+
+// out[c] = sum_i coef[i] * rows[i][c] (at least one row), in blocks of 16 channels that stay in
+// registers. Everything below is inlined into one function per instruction set (the wrappers at
+// the end), so the compiler vectorises it for that set; the AVX2 and AVX512 ones both contract
+// to FMA and give the same bits.
+#define QT_INLINE inline __attribute__((always_inline))
+constexpr int k_block = 16;
+
+template <int N>
+QT_INLINE void combine_block(float * out, const float * const * rows, const float * coef, int n_rows, int64_t c0) {
+    float acc[N];
+    for (int l = 0; l < N; ++l) {
+        acc[l] = 0.0f;
+    }
+    for (int i = 0; i < n_rows; ++i) {
+        const float * r = rows[i] + c0;
+        const float   w = coef[i];
+        for (int l = 0; l < N; ++l) {
+            acc[l] += w * r[l];
+        }
+    }
+    for (int l = 0; l < N; ++l) {
+        out[c0 + l] = acc[l];
+    }
+}
+
+QT_INLINE void combine(float * out, const float * const * rows, const float * coef, int n_rows, int64_t C) {
+    int64_t c0 = 0;
+    for (; c0 + k_block <= C; c0 += k_block) {
+        combine_block<k_block>(out, rows, coef, n_rows, c0);
+    }
+    for (; c0 < C; ++c0) {
+        combine_block<1>(out, rows, coef, n_rows, c0);
+    }
+}
+
+// src[0] = x (C, 6 d + T), dst = V (C, tiles, points); userdata = d.
+QT_INLINE void input_transform(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor * x = dst->src[0];
+    const int64_t       d = unpack_dilation(userdata);
+    const int64_t       C = x->ne[0];
+    const int64_t       t_in = x->ne[1];
+    const tiling        tl(d, t_in - (k_r - 1) * d);
+    const transforms &  tf = winograd();
+    int64_t             first = 0, last = 0;
+    split(tl.n_tiles, ith, nth, &first, &last);
+    for (int64_t n = first; n < last; ++n) {
+        const int64_t base = tl.base(n);
+        const float * in[k_a];
+        for (int i = 0; i < k_a; ++i) {
+            const int64_t t = base + d * i;
+            in[i] = t < t_in ? reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[1])
+                             : nullptr;
+        }
+        for (int p = 0; p < k_a; ++p) {
+            const float * rows[k_a];
+            float         coef[k_a];
+            int           n_rows = 0;
+            for (int i = 0; i < k_a; ++i) {
+                if (in[i] && tf.input[p][i] != 0.0f) {
+                    rows[n_rows] = in[i];
+                    coef[n_rows++] = tf.input[p][i];
+                }
+            }
+            float * out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + p * dst->nb[2] + n * dst->nb[1]);
+            if (n_rows == 0) {
+                std::memset(out, 0, size_t(C) * sizeof(float));
+            } else {
+                combine(out, rows, coef, n_rows, C);
+            }
+        }
+    }
+}
+
+// src[0] = M (C, tiles, points), src[1] = bias (C) or null; dst = y (C, T); userdata = d.
+QT_INLINE void output_transform(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor * m = dst->src[0];
+    const ggml_tensor * b = dst->src[1];
+    const int64_t       d = unpack_dilation(userdata);
+    const int64_t       C = dst->ne[0];
+    const tiling        tl(d, dst->ne[1]);
+    const transforms &  tf = winograd();
+    int64_t             first = 0, last = 0;
+    split(tl.n_tiles, ith, nth, &first, &last);
+    static const float one = 1.0f;
+    for (int64_t n = first; n < last; ++n) {
+        const int64_t base = tl.base(n);
+        for (int j = 0; j < k_m; ++j) {
+            const int64_t t = base + d * j;
+            if (t >= tl.t_out) {
+                break;
+            }
+            const float * rows[k_a + 1];
+            float         coef[k_a + 1];
+            int           n_rows = 0;
+            for (int p = 0; p < k_a; ++p) {
+                if (tf.output[j][p] != 0.0f) {
+                    rows[n_rows] = reinterpret_cast<const float *>(static_cast<const char *>(m->data) + p * m->nb[2] +
+                                                                   n * m->nb[1]);
+                    coef[n_rows++] = tf.output[j][p];
+                }
+            }
+            if (b) {
+                rows[n_rows] = static_cast<const float *>(b->data);
+                coef[n_rows++] = one;
+            }
+            combine(reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]), rows, coef, n_rows, C);
+        }
+    }
+}
+
+void input_generic(ggml_tensor * dst, int ith, int nth, void * userdata) { input_transform(dst, ith, nth, userdata); }
+void output_generic(ggml_tensor * dst, int ith, int nth, void * userdata) { output_transform(dst, ith, nth, userdata); }
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#    define QT_WINOGRAD_X86 1
+__attribute__((target("avx2,fma"))) void input_avx2(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    input_transform(dst, ith, nth, userdata);
+}
+__attribute__((target("avx2,fma"))) void output_avx2(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    output_transform(dst, ith, nth, userdata);
+}
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) void input_avx512(ggml_tensor * dst, int ith, int nth,
+                                                                       void * userdata) {
+    input_transform(dst, ith, nth, userdata);
+}
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) void output_avx512(ggml_tensor * dst, int ith, int nth,
+                                                                        void * userdata) {
+    output_transform(dst, ith, nth, userdata);
+}
+#endif
+
+} // namespace
+
+std::vector<float> winograd_weights(const std::vector<float> & w, int64_t c_in, int64_t c_out) {
+    const transforms &  tf = winograd();
+    std::vector<float>  u(static_cast<size_t>(k_a * c_out * c_in));
+    std::vector<double> acc(static_cast<size_t>(c_in));
+    for (int p = 0; p < k_a; ++p) {
+        for (int64_t o = 0; o < c_out; ++o) {
+            std::fill(acc.begin(), acc.end(), 0.0);
+            for (int k = 0; k < k_r; ++k) {
+                const double g = tf.weight[p][k];
+                const float * row = w.data() + size_t((o * k_r + k) * c_in);
+                for (int64_t c = 0; c < c_in; ++c) {
+                    acc[size_t(c)] += g * row[c];
+                }
+            }
+            float * out = u.data() + size_t((p * c_out + o) * c_in);
+            for (int64_t c = 0; c < c_in; ++c) {
+                out[c] = float(acc[size_t(c)]);
+            }
+        }
+    }
+    return u;
+}
+
+ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * u, ggml_tensor * b, int dilation) {
+    const int64_t c_in = u->ne[0];
+    const int64_t c_out = u->ne[1];
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] == c_in && x->ne[2] == 1 &&
+                x->ne[3] == 1);
+    GGML_ASSERT(u->type == GGML_TYPE_F32 && ggml_is_contiguous(u) && u->ne[2] == k_a);
+    GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == c_out));
+    GGML_ASSERT(dilation >= 1 && x->ne[1] > int64_t(k_r - 1) * dilation);
+    const int64_t t_out = x->ne[1] - int64_t(k_r - 1) * dilation;
+    const tiling  tl(dilation, t_out);
+    void *        data = pack_dilation(dilation);
+    ggml_custom_op_t input_op = input_generic, output_op = output_generic;
+#ifdef QT_WINOGRAD_X86
+    switch (cpu_kernels_active()) {
+        case cpu_kernels::avx512: input_op = input_avx512, output_op = output_avx512; break;
+        case cpu_kernels::avx2: input_op = input_avx2, output_op = output_avx2; break;
+        case cpu_kernels::generic: break;
+    }
+#endif
+
+    ggml_tensor * in_args[] = { x };
+    ggml_tensor * v = ggml_custom_4d(ctx, GGML_TYPE_F32, c_in, tl.n_tiles, k_a, 1, in_args, 1, input_op,
+                                     GGML_N_TASKS_MAX, data);
+    ggml_tensor * m = dense(ctx, u, v);  // (C_out, tiles, points): one product per point
+    ggml_tensor * out_args[] = { m, b };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, c_out, t_out, 1, 1, out_args, b ? 2 : 1, output_op, GGML_N_TASKS_MAX,
+                          data);
+}
+
+} // namespace qt
