@@ -23,6 +23,8 @@ constexpr int k_dw_kernel = 7;       // ConvNeXt depthwise conv
 constexpr int k_conv_kernel = 7;     // decoder input and output convs
 constexpr int k_pre_conv_kernel = 3;
 constexpr float k_convnext_eps = 1e-6f;
+// Frames per graph of the convolutions (codec_stream::run).
+constexpr int64_t k_conv_slice_frames = 8;
 
 size_t row_bytes(const ggml_tensor * t) { return ggml_row_size(t->type, t->ne[0]); }
 
@@ -349,46 +351,78 @@ void codec_stream::prime(const cpu_backend & backend, const int32_t * codes, int
 
 std::vector<float> codec_stream::run(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
                                      int64_t T, bool audio) {
-    const codec_decoder &         d = dec_;
-    const codec_decoder_hparams & hp = d.hp_;
-    const int                     Q = hp.n_quantizers;
-    graph_run                     run(backend, dumper, 16384);
-    ggml_context *                ctx = run.ctx();
+    std::vector<float> latent = transform(backend, dumper, codes, T);
+    const int64_t      L = dec_.hp_.latent_dim;
+    int64_t            n_conv = T;
+    if (!audio) {
+        // Priming: the convolutions' state depends on their receptive field only.
+        n_conv = std::min(T, dec_.receptive_frames_);
+    }
+    const float * first = latent.data() + (T - n_conv) * L;
+    frames_ += T;
+    // The convolutions run at up to 24 kHz, where their activations take ~6 MiB per frame: in
+    // slices of a few frames, the compute buffer stays small whatever the chunk (a dump keeps the
+    // whole chunk in one graph, so that each stage's file holds all of it).
+    const int64_t      slice = dumper.enabled() ? n_conv : k_conv_slice_frames;
+    std::vector<float> pcm;
+    for (int64_t f = 0; f < n_conv; f += slice) {
+        const std::vector<float> part = convolve(backend, dumper, first + f * L, std::min(slice, n_conv - f));
+        if (audio) {
+            pcm.insert(pcm.end(), part.begin(), part.end());
+        }
+    }
+    return pcm;
+}
 
+// A graph's inputs for the causal convolutions' histories, and the outputs that become the next.
+struct codec_stream::history_io {
     struct state_out {
         std::vector<float> * dst;
         ggml_tensor *        t;
     };
-    std::vector<state_out> state_outs;
+    graph_run &            run;
+    std::vector<state_out> outs;
 
     // x = (C, T') preceded by the slot's history; the new history is the last frames of that.
-    auto with_history = [&](ggml_tensor * x, int slot) {
+    ggml_tensor * with_history(std::vector<std::vector<float>> & history, ggml_tensor * x, int slot) {
         if (slot < 0) {
             return x;
         }
-        std::vector<float> & h = history_[size_t(slot)];
+        ggml_context *       ctx = run.ctx();
+        std::vector<float> & h = history[size_t(slot)];
         const int64_t        C = x->ne[0];
         const int64_t        P = int64_t(h.size()) / C;
         ggml_tensor *        past = run.input_f32("history", h.data(), { C, P });
         ggml_tensor *        all = ggml_concat(ctx, past, x, 1);
         ggml_tensor *        tail = ggml_view_2d(ctx, all, C, P, all->nb[1], size_t(all->ne[1] - P) * all->nb[1]);
-        state_outs.push_back({ &h, run.output(ggml_cont(ctx, tail)) });
+        outs.push_back({ &h, run.output(ggml_cont(ctx, tail)) });
         return all;
-    };
-    auto causal = [&](const codec_decoder::conv & c, ggml_tensor * x, ggml_tensor * residual = nullptr) {
-        if (c.winograd) {
-            GGML_ASSERT(!residual);
-            return winograd_conv(ctx, with_history(x, c.slot), c.winograd, c.b, c.dilation);
+    }
+    void store() {
+        for (const state_out & s : outs) {
+            *s.dst = run.read_f32(s.t);
         }
-        return conv1d(ctx, with_history(x, c.slot), c.w, c.b, 1, c.dilation, residual);
-    };
-    auto transposed = [&](const codec_decoder::tconv & t, ggml_tensor * x) {
-        ggml_tensor * y = causal(t.phases, x);  // (stride * C_out, T')
-        return ggml_reshape_2d(ctx, y, t.c_out, y->ne[1] * t.stride);
-    };
-    auto activate = [&](const codec_decoder::snake & s, ggml_tensor * x) {
-        return snake_beta(ctx, x, s.alpha, s.inv_beta);
-    };
+    }
+};
+
+template <class Conv>
+ggml_tensor * codec_stream::causal(history_io & io, const Conv & c, ggml_tensor * x, ggml_tensor * residual) {
+    ggml_tensor * all = io.with_history(history_, x, c.slot);
+    if (c.winograd) {
+        GGML_ASSERT(!residual);
+        return winograd_conv(io.run.ctx(), all, c.winograd, c.b, c.dilation);
+    }
+    return conv1d(io.run.ctx(), all, c.w, c.b, 1, c.dilation, residual);
+}
+
+std::vector<float> codec_stream::transform(const cpu_backend & backend, const stage_dumper & dumper,
+                                           const int32_t * codes, int64_t T) {
+    const codec_decoder &         d = dec_;
+    const codec_decoder_hparams & hp = d.hp_;
+    const int                     Q = hp.n_quantizers;
+    graph_run                     run(backend, dumper, 16384);
+    ggml_context *                ctx = run.ctx();
+    history_io                    io{ run, {} };
 
     // Split RVQ: each group's codebook vectors summed, through its 1x1 output projection.
     std::vector<int32_t> by_book(size_t(Q * T));
@@ -409,7 +443,7 @@ std::vector<float> codec_stream::run(const cpu_backend & backend, const stage_du
     };
     ggml_tensor * x = ggml_add(ctx, group(0, hp.n_semantic, d.out_proj_first_), group(hp.n_semantic, Q, d.out_proj_rest_));
     x = run.stage(x, "dec_quantized");
-    x = run.stage(causal(d.pre_conv_, x), "dec_pre_conv");
+    x = run.stage(causal(io, d.pre_conv_, x), "dec_pre_conv");
 
     // Transformer over the chunk, attending to the cached keys and values of the frames before.
     const int64_t hd = hp.head_dim;
@@ -469,17 +503,36 @@ std::vector<float> codec_stream::run(const cpu_backend & backend, const stage_du
     h = ggml_mul(ctx, ggml_rms_norm(ctx, h, hp.norm_eps), d.tf_norm_);
     h = run.stage(dense(ctx, d.tf_out_w_, h, d.tf_out_b_), "dec_pre_transformer");
 
-    if (!audio) {
-        // Priming: the convolutions' state depends on their receptive field only.
-        const int64_t n_conv = std::min(T, d.receptive_frames_);
-        h = ggml_view_2d(ctx, h, h->ne[0], n_conv, h->nb[1], size_t(T - n_conv) * h->nb[1]);
+    run.compute(h);
+    io.store();
+    for (size_t li = 0; li < d.layers_.size(); ++li) {
+        k_cache_[li] = run.read_f32(k_news[li]);
+        v_cache_[li] = run.read_f32(v_news[li]);
     }
+    n_cached_ = n_keep;
+    return run.read_f32(h);
+}
 
+std::vector<float> codec_stream::convolve(const cpu_backend & backend, const stage_dumper & dumper,
+                                          const float * latent, int64_t T) {
+    const codec_decoder & d = dec_;
+    graph_run             run(backend, dumper, 16384);
+    ggml_context *        ctx = run.ctx();
+    history_io            io{ run, {} };
+    auto transposed = [&](const codec_decoder::tconv & t, ggml_tensor * x) {
+        ggml_tensor * y = causal(io, t.phases, x);  // (stride * C_out, T')
+        return ggml_reshape_2d(ctx, y, t.c_out, y->ne[1] * t.stride);
+    };
+    auto activate = [&](const codec_decoder::snake & s, ggml_tensor * x) {
+        return snake_beta(ctx, x, s.alpha, s.inv_beta);
+    };
+
+    ggml_tensor * h = run.input_f32("latent", latent, { d.hp_.latent_dim, T });
     for (size_t i = 0; i < d.upsample_.size(); ++i) {
         const codec_decoder::convnext & u = d.upsample_[i];
         h = transposed(u.up, h);
         // ConvNeXt: depthwise causal conv as per-tap products, LayerNorm, GELU MLP, gamma, residual
-        ggml_tensor * past = with_history(h, u.dw_slot);
+        ggml_tensor * past = io.with_history(history_, h, u.dw_slot);
         const int64_t C = h->ne[0];
         const int64_t n_t = h->ne[1];
         ggml_tensor * y = nullptr;
@@ -497,30 +550,22 @@ std::vector<float> codec_stream::run(const cpu_backend & backend, const stage_du
         }
     }
     h = run.stage(h, "dec_upsample");
-    h = run.stage(causal(d.conv_in_, h), "dec_conv_in");
+    h = run.stage(causal(io, d.conv_in_, h), "dec_conv_in");
     for (size_t i = 0; i < d.blocks_.size(); ++i) {
         const codec_decoder::block & b = d.blocks_[i];
         h = transposed(b.up, activate(b.act, h));
         for (const codec_decoder::residual_unit & u : b.res) {
-            ggml_tensor * y = causal(u.conv1, activate(u.act1, h));
-            h = causal(u.conv2, activate(u.act2, y), h);
+            ggml_tensor * y = causal(io, u.conv1, activate(u.act1, h));
+            h = causal(io, u.conv2, activate(u.act2, y), h);
         }
         h = run.stage(h, "dec_block" + std::to_string(i));
     }
-    h = causal(d.conv_out_, activate(d.act_out_, h));
+    h = causal(io, d.conv_out_, activate(d.act_out_, h));
     h = run.stage(ggml_clamp(ctx, h, -1.0f, 1.0f), "dec_wav");
 
     run.compute(h);
-    for (const state_out & s : state_outs) {
-        *s.dst = run.read_f32(s.t);
-    }
-    for (size_t li = 0; li < d.layers_.size(); ++li) {
-        k_cache_[li] = run.read_f32(k_news[li]);
-        v_cache_[li] = run.read_f32(v_news[li]);
-    }
-    n_cached_ = n_keep;
-    frames_ += T;
-    return audio ? run.read_f32(h) : std::vector<float>();
+    io.store();
+    return run.read_f32(h);
 }
 
 } // namespace qt

@@ -61,8 +61,19 @@ public:
 
 private:
     friend class codec_decoder;
+    struct history_io;
+
     std::vector<float> run(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
                            int64_t n_frames, bool audio);
+    // The codebooks, pre-conv and transformer over a chunk: its latent frames (latent_dim, T).
+    std::vector<float> transform(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
+                                 int64_t n_frames);
+    // The convolutions from latent frames (latent_dim, T) to T * frame_samples samples.
+    std::vector<float> convolve(const cpu_backend & backend, const stage_dumper & dumper, const float * latent,
+                                int64_t n_frames);
+    // A causal convolution `c` (a codec_decoder::conv) of x after its history, in io's graph.
+    template <class Conv>
+    ggml_tensor * causal(history_io & io, const Conv & c, ggml_tensor * x, ggml_tensor * residual = nullptr);
 
     const codec_decoder &           dec_;
     int64_t                         frames_ = 0;
