@@ -42,6 +42,7 @@ codec_decoder::conv codec_decoder::load_conv(model_loader & ml, const std::strin
     conv c;
     c.w = ml.require(name + ".weight", { c_in, kernel, c_out });
     c.b = bias ? ml.require(name + ".bias", { c_out }) : nullptr;
+    c.kernel = kernel;
     c.dilation = dilation;
     c.c_in = c_in;
     c.history = int64_t(dilation) * (kernel - 1);
@@ -51,6 +52,34 @@ codec_decoder::conv codec_decoder::load_conv(model_loader & ml, const std::strin
         slot_frames_.push_back(c.history);
     }
     return c;
+}
+
+packed_weight codec_decoder::pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n) {
+    packed_weight p;
+    p.plain = w;
+    p.k = k;
+    p.n = n;
+    if (w->type != GGML_TYPE_F16 || !ggml_is_contiguous(w) || ggml_nelements(w) != k * n ||
+        !packed_weights_supported()) {
+        return p;
+    }
+    std::vector<uint16_t> rows(static_cast<size_t>(k * n));
+    ggml_backend_tensor_get(w, rows.data(), 0, rows.size() * sizeof(uint16_t));
+    ml.release(w);
+    const std::vector<uint16_t> panels = pack_weight_panels(rows.data(), k, n);
+    p.plain = nullptr;
+    p.panels = ggml_new_tensor_1d(derived_ctx_.get(), GGML_TYPE_F16, int64_t(panels.size()));
+    std::vector<uint8_t> bytes(panels.size() * sizeof(uint16_t));
+    std::memcpy(bytes.data(), panels.data(), bytes.size());
+    pending_.push_back({ p.panels, std::move(bytes) });
+    return p;
+}
+
+void codec_decoder::pack_conv(model_loader & ml, conv & c) {
+    c.packed = pack_matrix(ml, c.w, c.c_in * c.kernel, c.w->ne[2]);
+    if (c.packed.panels) {
+        c.w = nullptr;
+    }
 }
 
 void codec_decoder::to_winograd(model_loader & ml, conv & c) {
@@ -106,7 +135,23 @@ codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::str
             }
         }
     }
-    pending_.push_back({ t.phases.w, std::move(dst) });
+    if (w->type == GGML_TYPE_F16 && packed_weights_supported()) {
+        // the phases' rows, (C_in * m) values for each of the stride * C_out outputs, packed
+        const int64_t k = c_in * m, n = int64_t(stride) * c_out;
+        const std::vector<uint16_t> panels =
+            pack_weight_panels(reinterpret_cast<const uint16_t *>(dst.data()), k, n);
+        t.phases.w = nullptr;
+        t.phases.kernel = m;
+        t.phases.packed.k = k;
+        t.phases.packed.n = n;
+        t.phases.packed.panels = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, int64_t(panels.size()));
+        std::vector<uint8_t> bytes(panels.size() * sizeof(uint16_t));
+        std::memcpy(bytes.data(), panels.data(), bytes.size());
+        pending_.push_back({ t.phases.packed.panels, std::move(bytes) });
+    } else {
+        t.phases.kernel = m;
+        pending_.push_back({ t.phases.w, std::move(dst) });
+    }
 
     const std::vector<float> bias = tensor_f32(b);
     std::vector<float>       phased;
@@ -201,31 +246,32 @@ void codec_decoder::load(model_loader & ml) {
     out_proj_first_ = ml.require("cdec.rvq_first.out_proj.weight", { half, 1, hp_.codebook_dim });
     out_proj_rest_ = ml.require("cdec.rvq_rest.out_proj.weight", { half, 1, hp_.codebook_dim });
     pre_conv_ = load_conv(ml, "cdec.pre_conv", hp_.codebook_dim, hp_.latent_dim, k_pre_conv_kernel, 1, true);
+    pack_conv(ml, pre_conv_);
 
     const int64_t H = hp_.hidden;
     const int64_t q_dim = int64_t(hp_.heads) * hp_.head_dim;
     const int64_t kv_dim = int64_t(hp_.kv_heads) * hp_.head_dim;
-    tf_in_w_ = ml.require("cdec.tf_in.weight", { hp_.latent_dim, H });
+    tf_in_w_ = pack_matrix(ml, ml.require("cdec.tf_in.weight", { hp_.latent_dim, H }), hp_.latent_dim, H);
     tf_in_b_ = ml.has_tensor("cdec.tf_in.bias") ? ml.require("cdec.tf_in.bias", { H }) : nullptr;
     layers_.clear();
     for (int i = 0; i < hp_.layers; ++i) {
         const std::string p = "cdec.blk." + std::to_string(i) + ".";
         layer l;
         l.attn_norm = ml.require(p + "attn_norm.weight", { H });
-        l.q = ml.require(p + "attn_q.weight", { H, q_dim });
-        l.k = ml.require(p + "attn_k.weight", { H, kv_dim });
-        l.v = ml.require(p + "attn_v.weight", { H, kv_dim });
-        l.o = ml.require(p + "attn_o.weight", { q_dim, H });
+        l.q = pack_matrix(ml, ml.require(p + "attn_q.weight", { H, q_dim }), H, q_dim);
+        l.k = pack_matrix(ml, ml.require(p + "attn_k.weight", { H, kv_dim }), H, kv_dim);
+        l.v = pack_matrix(ml, ml.require(p + "attn_v.weight", { H, kv_dim }), H, kv_dim);
+        l.o = pack_matrix(ml, ml.require(p + "attn_o.weight", { q_dim, H }), q_dim, H);
         l.attn_scale = ml.require(p + "attn_scale", { H });
         l.ffn_norm = ml.require(p + "ffn_norm.weight", { H });
-        l.gate = ml.require(p + "ffn_gate.weight", { H, hp_.ffn });
-        l.up = ml.require(p + "ffn_up.weight", { H, hp_.ffn });
-        l.down = ml.require(p + "ffn_down.weight", { hp_.ffn, H });
+        l.gate = pack_matrix(ml, ml.require(p + "ffn_gate.weight", { H, hp_.ffn }), H, hp_.ffn);
+        l.up = pack_matrix(ml, ml.require(p + "ffn_up.weight", { H, hp_.ffn }), H, hp_.ffn);
+        l.down = pack_matrix(ml, ml.require(p + "ffn_down.weight", { hp_.ffn, H }), hp_.ffn, H);
         l.ffn_scale = ml.require(p + "ffn_scale", { H });
         layers_.push_back(l);
     }
     tf_norm_ = ml.require("cdec.tf_norm.weight", { H });
-    tf_out_w_ = ml.require("cdec.tf_out.weight", { H, hp_.latent_dim });
+    tf_out_w_ = pack_matrix(ml, ml.require("cdec.tf_out.weight", { H, hp_.latent_dim }), H, hp_.latent_dim);
     tf_out_b_ = ml.has_tensor("cdec.tf_out.bias") ? ml.require("cdec.tf_out.bias", { hp_.latent_dim }) : nullptr;
 
     const int64_t L = hp_.latent_dim;
@@ -253,9 +299,9 @@ void codec_decoder::load(model_loader & ml) {
         slot_frames_.push_back(k_dw_kernel - 1);
         u.norm_w = ml.require(p + "norm.weight", { L });
         u.norm_b = ml.require(p + "norm.bias", { L });
-        u.pw1_w = ml.require(p + "pw1.weight", { L, 4 * L });
+        u.pw1_w = pack_matrix(ml, ml.require(p + "pw1.weight", { L, 4 * L }), L, 4 * L);
         u.pw1_b = ml.require(p + "pw1.bias", { 4 * L });
-        u.pw2_w = ml.require(p + "pw2.weight", { 4 * L, L });
+        u.pw2_w = pack_matrix(ml, ml.require(p + "pw2.weight", { 4 * L, L }), 4 * L, L);
         u.pw2_b = ml.require(p + "pw2.bias", { L });
         u.gamma = ml.require(p + "gamma", { L });
         upsample_.push_back(u);
@@ -263,6 +309,7 @@ void codec_decoder::load(model_loader & ml) {
 
     // HF decoder.decoder: [0] conv, [1..n] blocks, [n+1] SnakeBeta, [n+2] conv
     conv_in_ = load_conv(ml, "cdec.dec.0.conv", L, hp_.decoder_dim, k_conv_kernel, 1, true);
+    pack_conv(ml, conv_in_);
     blocks_.clear();
     for (size_t i = 0; i < n_blocks; ++i) {
         const std::string p = "cdec.dec." + std::to_string(i + 1) + ".";
@@ -411,6 +458,11 @@ ggml_tensor * codec_stream::causal(history_io & io, const Conv & c, ggml_tensor 
     if (c.winograd) {
         GGML_ASSERT(!residual);
         return winograd_conv(io.run.ctx(), all, c.winograd, c.b, c.dilation);
+    }
+    if (c.packed.panels) {
+        GGML_ASSERT(c.dilation == 1);
+        ggml_tensor * windows = c.kernel == 1 ? all : sliding_windows(io.run.ctx(), all, c.kernel, 1);
+        return dense(io.run.ctx(), c.packed, windows, c.b, residual, true);
     }
     return conv1d(io.run.ctx(), all, c.w, c.b, 1, c.dilation, residual);
 }

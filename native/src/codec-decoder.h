@@ -97,9 +97,11 @@ private:
 
     // A causal convolution: `history` input frames of the previous chunk come before the chunk.
     struct conv {
-        ggml_tensor * w = nullptr;  // (C_in, K, C_out); null where `winograd` replaces it
+        ggml_tensor * w = nullptr;  // (C_in, K, C_out); null where `winograd` or `packed` replaces it
         ggml_tensor * b = nullptr;  // (C_out) or null
-        ggml_tensor * winograd = nullptr;  // (C_in, C_out, points) f32: 7 taps computed by F(6, 7)
+        ggml_tensor * winograd = nullptr;  // (C_in, C_out, points) f32: 7 taps computed by F(4, 7)
+        packed_weight packed;              // (K * C_in, C_out) packed at load (dilation 1)
+        int           kernel = 1;
         int           dilation = 1;
         int64_t       c_in = 0;
         int64_t       history = 0;  // dilation * (K - 1)
@@ -123,9 +125,9 @@ private:
         int           dw_slot = -1;
         ggml_tensor * norm_w = nullptr;
         ggml_tensor * norm_b = nullptr;
-        ggml_tensor * pw1_w = nullptr;
+        packed_weight pw1_w;
         ggml_tensor * pw1_b = nullptr;
-        ggml_tensor * pw2_w = nullptr;
+        packed_weight pw2_w;
         ggml_tensor * pw2_b = nullptr;
         ggml_tensor * gamma = nullptr;
     };
@@ -142,20 +144,25 @@ private:
     };
     struct layer {
         ggml_tensor * attn_norm = nullptr;
-        ggml_tensor * q = nullptr;
-        ggml_tensor * k = nullptr;
-        ggml_tensor * v = nullptr;
-        ggml_tensor * o = nullptr;
+        packed_weight q;
+        packed_weight k;
+        packed_weight v;
+        packed_weight o;
         ggml_tensor * attn_scale = nullptr;
         ggml_tensor * ffn_norm = nullptr;
-        ggml_tensor * gate = nullptr;
-        ggml_tensor * up = nullptr;
-        ggml_tensor * down = nullptr;
+        packed_weight gate;
+        packed_weight up;
+        packed_weight down;
         ggml_tensor * ffn_scale = nullptr;
     };
 
     conv  load_conv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel,
                     int dilation, bool bias);
+    // The f16 weight matrix w (K, N) packed for dense() where that pays (cpu-ops.h), the mapped
+    // rows given back; else w as stored.
+    packed_weight pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n);
+    // A convolution of dilation 1 with its weight packed (run on sliding windows).
+    void          pack_conv(model_loader & ml, conv & c);
     // Replaces a 7-tap convolution's weight by its Winograd transform (winograd.h).
     void  to_winograd(model_loader & ml, conv & c);
     tconv load_tconv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride);
@@ -167,11 +174,11 @@ private:
     ggml_tensor *              out_proj_first_ = nullptr;  // (codebook_dim / 2, codebook_dim)
     ggml_tensor *              out_proj_rest_ = nullptr;
     conv                       pre_conv_;
-    ggml_tensor *              tf_in_w_ = nullptr;
+    packed_weight              tf_in_w_;
     ggml_tensor *              tf_in_b_ = nullptr;
     std::vector<layer>         layers_;
     ggml_tensor *              tf_norm_ = nullptr;
-    ggml_tensor *              tf_out_w_ = nullptr;
+    packed_weight              tf_out_w_;
     ggml_tensor *              tf_out_b_ = nullptr;
     std::vector<convnext>      upsample_;
     conv                       conv_in_;

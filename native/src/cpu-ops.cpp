@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #    include <immintrin.h>
@@ -218,6 +219,20 @@ QT_AVX2 void pack_panel(const float * const rows[NR], int kc, float * wp) {
     }
 }
 
+// Outputs of a packed panel (packed_weight) and the depth of its blocks.
+constexpr int k_packed_nr = 32;
+
+// wp[k][j] = src[k * 32 + j] widened to f32, for k < kc, j < NR: NR outputs of a packed panel.
+template <int NR>
+QT_AVX2 void widen_panel(const uint16_t * src, int kc, float * wp) {
+    for (int k = 0; k < kc; ++k) {
+        for (int j = 0; j < NR; j += 8) {
+            _mm256_store_ps(wp + k * NR + j,
+                            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + k * k_packed_nr + j))));
+        }
+    }
+}
+
 // Asks for elements [k0, k0 + n) of weight rows [first, first + count) of batch `b` in cache.
 void prefetch_rows(const ggml_tensor * w, int64_t b, int64_t first, int64_t count, int64_t k0, int n) {
     const size_t offset = ggml_row_size(w->type, k0);
@@ -279,10 +294,11 @@ struct avx512_tiles {
 // r may be y itself (accumulate in place).
 struct gemm_args {
     const ggml_tensor * x;
-    const ggml_tensor * w;
+    const ggml_tensor * w;  // or the F16 panels of a packed_weight (then N = y->ne[0], one batch)
     const ggml_tensor * b;
     const ggml_tensor * r;
     ggml_tensor *       y;
+    bool                packed;
 };
 
 template <class Tiles>
@@ -291,8 +307,9 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
     const int64_t K = g.x->ne[0];
     const int64_t T = g.x->ne[1];
     const int64_t B = g.x->ne[2];
-    const int64_t N = g.w->ne[1];
-    const int64_t group = B / g.w->ne[2];
+    const int64_t N = g.packed ? g.y->ne[0] : g.w->ne[1];
+    const int64_t group = g.packed ? B : B / g.w->ne[2];
+    const int64_t n_depth = (K + k_kc - 1) / k_kc;
     const size_t  ldx = g.x->nb[1] / sizeof(float);
     const size_t  ldy = size_t(N);
     const bool    in_place = g.r && g.r->data == g.y->data;
@@ -343,6 +360,17 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
             const int kc = int(std::min<int64_t>(k_kc, K - kb));
             for (int64_t o0 = g0; o0 < g1; o0 += nr) {
                 const int     nv = int(std::min<int64_t>(nr, N - o0));
+                if (g.packed) {
+                    const auto * panels = static_cast<const uint16_t *>(g.w->data);
+                    widen_panel<nr>(panels + ((o0 / k_packed_nr) * n_depth + kb / k_kc) * k_kc * k_packed_nr +
+                                        o0 % k_packed_nr,
+                                    kc, wp);
+                    for (int64_t t = t0; t < t1; t += Tiles::mr) {
+                        Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, wp,
+                                   yd + t * ldy + o0, ldy, nv);
+                    }
+                    continue;
+                }
                 const float * rows[nr];
                 for (int j = 0; j < nr; ++j) {
                     rows[j] = k_zero_row;
@@ -371,14 +399,14 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
     }
 }
 
-// ggml_custom_4d: src = { x, w, b, r }
-template <class Tiles> void gemm_op(ggml_tensor * dst, int ith, int nth, void *) {
-    gemm_run<Tiles>({ dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst }, ith, nth);
+// ggml_custom_4d: src = { x, w, b, r }; userdata non-null: w is packed
+template <class Tiles> void gemm_op(ggml_tensor * dst, int ith, int nth, void * packed) {
+    gemm_run<Tiles>({ dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst, packed != nullptr }, ith, nth);
 }
 
 // ggml_custom_inplace on r: src = { r, x, w, b }
-template <class Tiles> void gemm_acc_op(ggml_tensor * dst, int ith, int nth, void *) {
-    gemm_run<Tiles>({ dst->src[1], dst->src[2], dst->src[3], dst->src[0], dst }, ith, nth);
+template <class Tiles> void gemm_acc_op(ggml_tensor * dst, int ith, int nth, void * packed) {
+    gemm_run<Tiles>({ dst->src[1], dst->src[2], dst->src[3], dst->src[0], dst, packed != nullptr }, ith, nth);
 }
 
 // expm1 for x <= 0, 8 lanes: x = n ln2 + r, |r| <= ln2 / 2, expm1(x) = 2^n expm1(r) + 2^n - 1
@@ -673,6 +701,99 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
         y = ggml_add(ctx, y, b);
     }
     return r ? ggml_add(ctx, y, r) : y;
+}
+
+namespace {
+
+constexpr int64_t k_pack_depth = 256;  // k_kc, also where the x86 kernels are not compiled
+constexpr int64_t k_pack_outputs = 32;
+
+// Element (o, k) of packed panels of depth K.
+inline size_t packed_index(int64_t o, int64_t k, int64_t K) {
+    const int64_t n_depth = (K + k_pack_depth - 1) / k_pack_depth;
+    return size_t((((o / k_pack_outputs) * n_depth + k / k_pack_depth) * k_pack_depth + k % k_pack_depth) *
+                      k_pack_outputs +
+                  o % k_pack_outputs);
+}
+
+// The same product as the packed GEMM, one output at a time (kernels forced to generic).
+void gemm_packed_generic(const ggml_tensor * x, const ggml_tensor * w, const ggml_tensor * b, const ggml_tensor * r,
+                         ggml_tensor * y, int ith, int nth) {
+    const int64_t K = x->ne[0], T = x->ne[1], B = x->ne[2], N = y->ne[0];
+    const auto *  panels = static_cast<const ggml_fp16_t *>(w->data);
+    int64_t       first = 0, last = 0;
+    split_rows(B * T, ith, nth, &first, &last);
+    for (int64_t row = first; row < last; ++row) {
+        const int64_t bi = row / T, t = row % T;
+        const float * xr = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + bi * x->nb[2] + t * x->nb[1]);
+        float * yr = reinterpret_cast<float *>(static_cast<char *>(y->data) + bi * y->nb[2] + t * y->nb[1]);
+        const float * rr = r ? reinterpret_cast<const float *>(static_cast<const char *>(r->data) + bi * r->nb[2] +
+                                                               t * r->nb[1])
+                             : nullptr;
+        for (int64_t o = 0; o < N; ++o) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; ++k) {
+                acc += xr[k] * ggml_fp16_to_fp32(panels[packed_index(o, k, K)]);
+            }
+            yr[o] = (rr ? rr[o] : 0.0f) + (b ? static_cast<const float *>(b->data)[o] : 0.0f) + acc;
+        }
+    }
+}
+
+void gemm_packed_generic_op(ggml_tensor * dst, int ith, int nth, void *) {
+    gemm_packed_generic(dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst, ith, nth);
+}
+
+void gemm_packed_generic_acc_op(ggml_tensor * dst, int ith, int nth, void *) {
+    gemm_packed_generic(dst->src[1], dst->src[2], dst->src[3], dst->src[0], dst, ith, nth);
+}
+
+} // namespace
+
+bool packed_weights_supported() { return cpu_kernels_best() != cpu_kernels::generic; }
+
+size_t packed_weight_elements(int64_t k, int64_t n) {
+    const int64_t n_depth = (k + k_pack_depth - 1) / k_pack_depth;
+    const int64_t n_panels = (n + k_pack_outputs - 1) / k_pack_outputs;
+    return size_t(n_panels * n_depth * k_pack_depth * k_pack_outputs);
+}
+
+std::vector<uint16_t> pack_weight_panels(const uint16_t * rows, int64_t k, int64_t n) {
+    std::vector<uint16_t> out(packed_weight_elements(k, n), 0);
+    for (int64_t o = 0; o < n; ++o) {
+        for (int64_t i = 0; i < k; ++i) {
+            out[packed_index(o, i, k)] = rows[o * k + i];
+        }
+    }
+    return out;
+}
+
+ggml_tensor * dense(ggml_context * ctx, const packed_weight & w, ggml_tensor * x, ggml_tensor * b, ggml_tensor * r,
+                    bool r_in_place) {
+    if (!w.panels) {
+        return dense(ctx, w.plain, x, b, r, r_in_place);
+    }
+    GGML_ASSERT(w.panels->type == GGML_TYPE_F16 && ggml_nelements(w.panels) == int64_t(packed_weight_elements(w.k, w.n)));
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] == w.k && x->ne[3] == 1);
+    GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == w.n));
+    GGML_ASSERT(!r || (ggml_is_contiguous(r) && r->ne[0] == w.n && r->ne[1] == x->ne[1] && r->ne[2] == x->ne[2]));
+    static int packed_marker;
+    void *           packed = &packed_marker;
+    ggml_custom_op_t op = gemm_packed_generic_op, acc_op = gemm_packed_generic_acc_op;
+#ifdef QT_X86
+    static_assert(k_kc == k_pack_depth && k_packed_nr == k_pack_outputs, "one panel layout");
+    switch (cpu_kernels_active()) {
+        case cpu_kernels::avx512: op = gemm_op<avx512_tiles>, acc_op = gemm_acc_op<avx512_tiles>; break;
+        case cpu_kernels::avx2: op = gemm_op<avx2_tiles>, acc_op = gemm_acc_op<avx2_tiles>; break;
+        case cpu_kernels::generic: break;
+    }
+#endif
+    if (r && r_in_place) {
+        ggml_tensor * args[] = { x, w.panels, b };
+        return ggml_custom_inplace(ctx, r, args, 3, acc_op, GGML_N_TASKS_MAX, packed);
+    }
+    ggml_tensor * args[] = { x, w.panels, b, r };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w.n, x->ne[1], x->ne[2], 1, args, 4, op, GGML_N_TASKS_MAX, packed);
 }
 
 cpu_kernels cpu_kernels_best() {

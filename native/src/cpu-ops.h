@@ -13,6 +13,7 @@
 #include "ggml.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace qt {
 
@@ -35,6 +36,26 @@ const char * cpu_kernels_name(cpu_kernels kernels);
 // uses W batch i / (B / Bw), as ggml_mul_mat broadcasts). With `r_in_place`, y overwrites r
 // (r must have no later use).
 ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b = nullptr,
+                    ggml_tensor * r = nullptr, bool r_in_place = false);
+
+// A weight matrix (K, N) for dense(), f16 rows packed once at load into the GEMM's panel order
+// (32 outputs by 256-deep blocks), so that a product over few frames, which would convert and
+// transpose every panel again for every graph, only widens them to f32. Same values, same sums,
+// same bits as the rows as stored; same memory as the f16 rows. `panels` null: `plain` is used
+// as stored (any type).
+struct packed_weight {
+    ggml_tensor * panels = nullptr;  // F16, packed_weight_elements(k, n)
+    ggml_tensor * plain = nullptr;
+    int64_t       k = 0;
+    int64_t       n = 0;
+};
+// Whether packing pays here (the packed GEMM runs on this CPU).
+bool                  packed_weights_supported();
+size_t                packed_weight_elements(int64_t k, int64_t n);
+// The panels of N rows of K f16 values (row o at rows + o * K).
+std::vector<uint16_t> pack_weight_panels(const uint16_t * rows, int64_t k, int64_t n);
+// y (N, T, B) = W^T x (+ b) (+ r), as dense() above; x (K, T, B) rows at any stride.
+ggml_tensor * dense(ggml_context * ctx, const packed_weight & w, ggml_tensor * x, ggml_tensor * b = nullptr,
                     ggml_tensor * r = nullptr, bool r_in_place = false);
 
 // ELU(x) (alpha 1) of x = (C, T) with `left` / `right` zero frames around it; ELU(0) = 0, so

@@ -353,6 +353,71 @@ std::vector<float> dense_product(const qt::cpu_backend & backend, ggml_type type
     return run.read_f32(y);
 }
 
+// dense() with a packed_weight: on every path within f32 rounding of the exact product of the
+// f16 weights, and with the same bits as the f16 weights as stored wherever those take the
+// packed GEMM too (from 8 frames on the vector paths). Depths over one 256-deep block, outputs
+// off the 32-wide panels, one frame, residual in place.
+void test_packed_dense(const qt::cpu_backend & backend) {
+    struct shape {
+        int64_t K, T, N;
+    };
+    for (shape sh : { shape{ 300, 37, 21 }, shape{ 600, 1, 70 }, shape{ 96, 9, 96 }, shape{ 1027, 13, 33 } }) {
+        std::mt19937 rng(uint32_t(sh.K * 5 + sh.T * 11 + sh.N));
+        const auto x = random_vector(size_t(sh.K * sh.T), rng);
+        const auto w = random_vector(size_t(sh.K * sh.N), rng);
+        const auto b = random_vector(size_t(sh.N), rng);
+        const auto r = random_vector(size_t(sh.N * sh.T), rng);
+        std::vector<uint16_t> half(w.size());
+        std::vector<float>    w_used(w.size());
+        for (size_t i = 0; i < w.size(); ++i) {
+            half[i] = ggml_fp32_to_fp16(w[i]);
+            w_used[i] = ggml_fp16_to_fp32(half[i]);
+        }
+        const std::vector<uint16_t> panels = qt::pack_weight_panels(half.data(), sh.K, sh.N);
+        for (bool in_place : { false, true }) {
+            for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
+                const auto kernels = qt::cpu_kernels(level);
+                qt::cpu_kernels_force(kernels);
+                qt::stage_dumper no_dump;
+                qt::graph_run run(backend, no_dump, 64);
+                qt::packed_weight pw;
+                pw.panels = run.input("panels", GGML_TYPE_F16, panels.data(), { int64_t(panels.size()) });
+                pw.k = sh.K;
+                pw.n = sh.N;
+                ggml_tensor * y = qt::dense(run.ctx(), pw, run.input_f32("x", x.data(), { sh.K, sh.T }),
+                                            run.input_f32("b", b.data(), { sh.N }),
+                                            run.input_f32("r", r.data(), { sh.N, sh.T }), in_place);
+                run.compute(y);
+                const std::vector<float> got = run.read_f32(y);
+                char name[128];
+                snprintf(name, sizeof(name), "dense %s, packed f16 weights, K %lld T %lld N %lld%s",
+                         qt::cpu_kernels_name(kernels), (long long) sh.K, (long long) sh.T, (long long) sh.N,
+                         in_place ? " in place" : "");
+                double worst = 0.0;
+                for (int64_t t = 0; t < sh.T; ++t) {
+                    for (int64_t n = 0; n < sh.N; ++n) {
+                        double exact = double(b[size_t(n)]) + r[size_t(t * sh.N + n)], magnitude = 0.0;
+                        for (int64_t k = 0; k < sh.K; ++k) {
+                            exact += double(w_used[size_t(n * sh.K + k)]) * x[size_t(t * sh.K + k)];
+                            magnitude += std::fabs(double(w_used[size_t(n * sh.K + k)]) * x[size_t(t * sh.K + k)]);
+                        }
+                        const double tolerance = std::ldexp(magnitude + 10.0, -23) * double(sh.K);
+                        worst = std::max(worst, std::fabs(got[size_t(t * sh.N + n)] - exact) / tolerance);
+                    }
+                }
+                check(worst <= 1.0, "%s: %.2f of the tolerance", name, worst);
+                if (level != int(qt::cpu_kernels::generic) && sh.T >= 8) {
+                    const std::vector<float> stored =
+                        dense_product(backend, GGML_TYPE_F16, x, w, b, r, sh.K, sh.T, sh.N, in_place);
+                    check(stored == got, "%s: the same bits as the f16 rows as stored", name);
+                }
+            }
+        }
+    }
+    qt::cpu_kernels_unforce();
+}
+
+
 // Every kernel path of dense() against ggml's own product (the generic path), on shapes that
 // leave partial tiles in every direction (K past one 256-deep panel and not a multiple of 8,
 // frames not a multiple of 6 or 12, outputs not a multiple of 16 or 32), for each weight type
@@ -529,6 +594,7 @@ int main() {
         printf("kernels: %s (best on this CPU and ggml variant)\n", qt::cpu_kernels_name(qt::cpu_kernels_best()));
         std::vector<std::vector<float>> winograd_avx2;  // the AVX2 path's outputs, to compare with AVX512
         test_dense_paths(backend);
+        test_packed_dense(backend);
         test_elu_pad(backend);
         // the building blocks on every path
         for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
