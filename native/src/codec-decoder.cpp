@@ -17,7 +17,7 @@ namespace {
 
 // Taps of every residual unit's dilated convolution (fixed by the architecture).
 constexpr int k_res_kernel = 7;
-static_assert(k_res_kernel == k_winograd_taps, "residual units run their 7-tap convolutions by F(6, 7)");
+static_assert(k_res_kernel == k_winograd_taps, "residual units run their 7-tap convolutions by F(4, 7)");
 constexpr int k_res_dilations[] = { 1, 3, 9 };
 constexpr int k_dw_kernel = 7;       // ConvNeXt depthwise conv
 constexpr int k_conv_kernel = 7;     // decoder input and output convs
@@ -54,25 +54,35 @@ codec_decoder::conv codec_decoder::load_conv(model_loader & ml, const std::strin
     return c;
 }
 
-packed_weight codec_decoder::pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n) {
-    packed_weight p;
-    p.plain = w;
+ggml_tensor * codec_decoder::derived_tensor(ggml_type type, std::initializer_list<int64_t> ne, const void * data) {
+    ggml_tensor * t = ggml_new_tensor(derived_ctx_.get(), type, int(ne.size()), ne.begin());
+    const auto *  bytes = static_cast<const uint8_t *>(data);
+    pending_.push_back({ t, std::vector<uint8_t>(bytes, bytes + ggml_nbytes(t)) });
+    return t;
+}
+
+packed_weight codec_decoder::packed_rows(const uint16_t * rows, int64_t k, int64_t n) {
+    const std::vector<uint16_t> panels = pack_weight_panels(rows, k, n);
+    packed_weight               p;
+    p.panels = derived_tensor(GGML_TYPE_F16, { int64_t(panels.size()) }, panels.data());
     p.k = k;
     p.n = n;
+    return p;
+}
+
+packed_weight codec_decoder::pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n) {
     if (w->type != GGML_TYPE_F16 || !ggml_is_contiguous(w) || ggml_nelements(w) != k * n ||
         !packed_weights_supported()) {
+        packed_weight p;
+        p.plain = w;
+        p.k = k;
+        p.n = n;
         return p;
     }
     std::vector<uint16_t> rows(static_cast<size_t>(k * n));
     ggml_backend_tensor_get(w, rows.data(), 0, rows.size() * sizeof(uint16_t));
     ml.release(w);
-    const std::vector<uint16_t> panels = pack_weight_panels(rows.data(), k, n);
-    p.plain = nullptr;
-    p.panels = ggml_new_tensor_1d(derived_ctx_.get(), GGML_TYPE_F16, int64_t(panels.size()));
-    std::vector<uint8_t> bytes(panels.size() * sizeof(uint16_t));
-    std::memcpy(bytes.data(), panels.data(), bytes.size());
-    pending_.push_back({ p.panels, std::move(bytes) });
-    return p;
+    return packed_rows(rows.data(), k, n);
 }
 
 void codec_decoder::pack_conv(model_loader & ml, conv & c) {
@@ -87,10 +97,7 @@ void codec_decoder::to_winograd(model_loader & ml, conv & c) {
     const std::vector<float> u = winograd_weights(tensor_f32(c.w), c.c_in, c_out);
     ml.release(c.w);
     c.w = nullptr;
-    c.winograd = ggml_new_tensor_3d(derived_ctx_.get(), GGML_TYPE_F32, c.c_in, c_out, k_winograd_points);
-    std::vector<uint8_t> bytes(u.size() * sizeof(float));
-    std::memcpy(bytes.data(), u.data(), bytes.size());
-    pending_.push_back({ c.winograd, std::move(bytes) });
+    c.winograd = derived_tensor(GGML_TYPE_F32, { c.c_in, c_out, k_winograd_points }, u.data());
 }
 
 // Output sample n of a transposed conv with kernel m * s and stride s, its right overhang
@@ -116,9 +123,7 @@ codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::str
         slot_channels_.push_back(c_in);
         slot_frames_.push_back(m - 1);
     }
-    ggml_context * ctx = derived_ctx_.get();
-    t.phases.w = ggml_new_tensor_3d(ctx, w->type, c_in, m, int64_t(stride) * c_out);
-    t.phases.b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, int64_t(stride) * c_out);
+    t.phases.kernel = m;
 
     const size_t         rb = row_bytes(w);
     std::vector<uint8_t> src(ggml_nbytes(w));
@@ -136,21 +141,10 @@ codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::str
         }
     }
     if (w->type == GGML_TYPE_F16 && packed_weights_supported()) {
-        // the phases' rows, (C_in * m) values for each of the stride * C_out outputs, packed
-        const int64_t k = c_in * m, n = int64_t(stride) * c_out;
-        const std::vector<uint16_t> panels =
-            pack_weight_panels(reinterpret_cast<const uint16_t *>(dst.data()), k, n);
-        t.phases.w = nullptr;
-        t.phases.kernel = m;
-        t.phases.packed.k = k;
-        t.phases.packed.n = n;
-        t.phases.packed.panels = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, int64_t(panels.size()));
-        std::vector<uint8_t> bytes(panels.size() * sizeof(uint16_t));
-        std::memcpy(bytes.data(), panels.data(), bytes.size());
-        pending_.push_back({ t.phases.packed.panels, std::move(bytes) });
+        // the phases' rows, (C_in * m) values for each of the stride * C_out outputs
+        t.phases.packed = packed_rows(reinterpret_cast<const uint16_t *>(dst.data()), c_in * m, int64_t(stride) * c_out);
     } else {
-        t.phases.kernel = m;
-        pending_.push_back({ t.phases.w, std::move(dst) });
+        t.phases.w = derived_tensor(w->type, { c_in, m, int64_t(stride) * c_out }, dst.data());
     }
 
     const std::vector<float> bias = tensor_f32(b);
@@ -158,9 +152,7 @@ codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::str
     for (int p = 0; p < stride; ++p) {
         phased.insert(phased.end(), bias.begin(), bias.end());
     }
-    std::vector<uint8_t> bytes(phased.size() * sizeof(float));
-    std::memcpy(bytes.data(), phased.data(), bytes.size());
-    pending_.push_back({ t.phases.b, std::move(bytes) });
+    t.phases.b = derived_tensor(GGML_TYPE_F32, { int64_t(stride) * c_out }, phased.data());
     return t;
 }
 
@@ -173,15 +165,8 @@ codec_decoder::snake codec_decoder::load_snake(model_loader & ml, const std::str
         inv_b[c] = float(1.0 / (std::exp(double(beta[c])) + 1e-9));
     }
     snake s;
-    s.alpha = ggml_new_tensor_1d(derived_ctx_.get(), GGML_TYPE_F32, channels);
-    s.inv_beta = ggml_new_tensor_1d(derived_ctx_.get(), GGML_TYPE_F32, channels);
-    auto bytes_of = [](const std::vector<float> & v) {
-        std::vector<uint8_t> b(v.size() * sizeof(float));
-        std::memcpy(b.data(), v.data(), b.size());
-        return b;
-    };
-    pending_.push_back({ s.alpha, bytes_of(a) });
-    pending_.push_back({ s.inv_beta, bytes_of(inv_b) });
+    s.alpha = derived_tensor(GGML_TYPE_F32, { channels }, a.data());
+    s.inv_beta = derived_tensor(GGML_TYPE_F32, { channels }, inv_b.data());
     return s;
 }
 
@@ -289,10 +274,7 @@ void codec_decoder::load(model_loader & ml) {
                 taps[size_t(k * L + c)] = dw[size_t(c * k_dw_kernel + k)];
             }
         }
-        u.dw_w = ggml_new_tensor_2d(derived_ctx_.get(), GGML_TYPE_F32, L, k_dw_kernel);
-        std::vector<uint8_t> bytes(taps.size() * sizeof(float));
-        std::memcpy(bytes.data(), taps.data(), bytes.size());
-        pending_.push_back({ u.dw_w, std::move(bytes) });
+        u.dw_w = derived_tensor(GGML_TYPE_F32, { L, k_dw_kernel }, taps.data());
         u.dw_b = ml.require(p + "dwconv.bias", { L });
         u.dw_slot = n_slots_++;
         slot_channels_.push_back(L);

@@ -14,6 +14,7 @@
 #include "model-loader.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace qt {
@@ -158,6 +159,11 @@ private:
 
     conv  load_conv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel,
                     int dilation, bool bias);
+    // A tensor of the weights derived at load, holding a copy of `data` (its ggml_nbytes) once
+    // derive_weights() allocates them.
+    ggml_tensor * derived_tensor(ggml_type type, std::initializer_list<int64_t> ne, const void * data);
+    // N rows of K f16 values packed for dense() (cpu-ops.h), as a derived tensor.
+    packed_weight packed_rows(const uint16_t * rows, int64_t k, int64_t n);
     // The f16 weight matrix w (K, N) packed for dense() where that pays (cpu-ops.h), the mapped
     // rows given back; else w as stored.
     packed_weight pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n);

@@ -55,6 +55,18 @@ cpu_kernels detect_kernels() {
 
 std::atomic<int> g_forced_kernels{ -1 };
 
+// The panels of a packed_weight: 32 outputs by 256-deep blocks, k-major within a block.
+constexpr int64_t k_pack_depth = 256;
+constexpr int64_t k_pack_outputs = 32;
+
+// Element (o, k) of packed panels of depth K.
+inline size_t packed_index(int64_t o, int64_t k, int64_t K) {
+    const int64_t n_depth = (K + k_pack_depth - 1) / k_pack_depth;
+    return size_t((((o / k_pack_outputs) * n_depth + k / k_pack_depth) * k_pack_depth + k % k_pack_depth) *
+                      k_pack_outputs +
+                  o % k_pack_outputs);
+}
+
 // Row range [first, last) of n rows for thread ith of nth.
 void split_rows(int64_t n, int ith, int nth, int64_t * first, int64_t * last) {
     *first = n * ith / nth;
@@ -219,16 +231,13 @@ QT_AVX2 void pack_panel(const float * const rows[NR], int kc, float * wp) {
     }
 }
 
-// Outputs of a packed panel (packed_weight) and the depth of its blocks.
-constexpr int k_packed_nr = 32;
-
 // wp[k][j] = src[k * 32 + j] widened to f32, for k < kc, j < NR: NR outputs of a packed panel.
 template <int NR>
 QT_AVX2 void widen_panel(const uint16_t * src, int kc, float * wp) {
     for (int k = 0; k < kc; ++k) {
         for (int j = 0; j < NR; j += 8) {
             _mm256_store_ps(wp + k * NR + j,
-                            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + k * k_packed_nr + j))));
+                            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + k * k_pack_outputs + j))));
         }
     }
 }
@@ -309,7 +318,6 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
     const int64_t B = g.x->ne[2];
     const int64_t N = g.packed ? g.y->ne[0] : g.w->ne[1];
     const int64_t group = g.packed ? B : B / g.w->ne[2];
-    const int64_t n_depth = (K + k_kc - 1) / k_kc;
     const size_t  ldx = g.x->nb[1] / sizeof(float);
     const size_t  ldy = size_t(N);
     const bool    in_place = g.r && g.r->data == g.y->data;
@@ -361,34 +369,27 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
             for (int64_t o0 = g0; o0 < g1; o0 += nr) {
                 const int     nv = int(std::min<int64_t>(nr, N - o0));
                 if (g.packed) {
-                    const auto * panels = static_cast<const uint16_t *>(g.w->data);
-                    widen_panel<nr>(panels + ((o0 / k_packed_nr) * n_depth + kb / k_kc) * k_kc * k_packed_nr +
-                                        o0 % k_packed_nr,
-                                    kc, wp);
-                    for (int64_t t = t0; t < t1; t += Tiles::mr) {
-                        Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, wp,
-                                   yd + t * ldy + o0, ldy, nv);
+                    widen_panel<nr>(static_cast<const uint16_t *>(g.w->data) + packed_index(o0, kb, K), kc, wp);
+                } else {
+                    const float * rows[nr];
+                    for (int j = 0; j < nr; ++j) {
+                        rows[j] = k_zero_row;
+                        if (j < nv) {
+                            const char * row = static_cast<const char *>(g.w->data) + bi / group * g.w->nb[2] +
+                                               (o0 + j) * g.w->nb[1];
+                            rows[j] = weight_row(g.w->type, row, kb, kc, row_buf + j * k_kc);
+                        }
                     }
-                    continue;
-                }
-                const float * rows[nr];
-                for (int j = 0; j < nr; ++j) {
-                    rows[j] = k_zero_row;
-                    if (j < nv) {
-                        const char * row = static_cast<const char *>(g.w->data) + bi / group * g.w->nb[2] +
-                                           (o0 + j) * g.w->nb[1];
-                        rows[j] = weight_row(g.w->type, row, kb, kc, row_buf + j * k_kc);
+                    pack_panel<nr>(rows, kc, wp);
+                    // the next panel's weight rows (or the first of the next depth block) start
+                    // loading while this one's tiles run: the rows are kilobytes apart, too many
+                    // streams for the hardware prefetcher when the weights come from memory
+                    if (o0 + nr < g1) {
+                        prefetch_rows(g.w, bi / group, o0 + nr, std::min<int64_t>(nr, g1 - o0 - nr), kb, kc);
+                    } else if (kb + k_kc < K) {
+                        prefetch_rows(g.w, bi / group, g0, std::min<int64_t>(nr, g1 - g0), kb + k_kc,
+                                      int(std::min<int64_t>(k_kc, K - kb - k_kc)));
                     }
-                }
-                pack_panel<nr>(rows, kc, wp);
-                // the next panel's weight rows (or the first of the next depth block) start
-                // loading while this one's tiles run: the rows are kilobytes apart, too many
-                // streams for the hardware prefetcher when the weights come from memory
-                if (o0 + nr < g1) {
-                    prefetch_rows(g.w, bi / group, o0 + nr, std::min<int64_t>(nr, g1 - o0 - nr), kb, kc);
-                } else if (kb + k_kc < K) {
-                    prefetch_rows(g.w, bi / group, g0, std::min<int64_t>(nr, g1 - g0), kb + k_kc,
-                                  int(std::min<int64_t>(k_kc, K - kb - k_kc)));
                 }
                 for (int64_t t = t0; t < t1; t += Tiles::mr) {
                     Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, wp,
@@ -705,17 +706,6 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
 
 namespace {
 
-constexpr int64_t k_pack_depth = 256;  // k_kc, also where the x86 kernels are not compiled
-constexpr int64_t k_pack_outputs = 32;
-
-// Element (o, k) of packed panels of depth K.
-inline size_t packed_index(int64_t o, int64_t k, int64_t K) {
-    const int64_t n_depth = (K + k_pack_depth - 1) / k_pack_depth;
-    return size_t((((o / k_pack_outputs) * n_depth + k / k_pack_depth) * k_pack_depth + k % k_pack_depth) *
-                      k_pack_outputs +
-                  o % k_pack_outputs);
-}
-
 // The same product as the packed GEMM, one output at a time (kernels forced to generic).
 void gemm_packed_generic(const ggml_tensor * x, const ggml_tensor * w, const ggml_tensor * b, const ggml_tensor * r,
                          ggml_tensor * y, int ith, int nth) {
@@ -781,7 +771,8 @@ ggml_tensor * dense(ggml_context * ctx, const packed_weight & w, ggml_tensor * x
     void *           packed = &packed_marker;
     ggml_custom_op_t op = gemm_packed_generic_op, acc_op = gemm_packed_generic_acc_op;
 #ifdef QT_X86
-    static_assert(k_kc == k_pack_depth && k_packed_nr == k_pack_outputs, "one panel layout");
+    static_assert(k_kc == k_pack_depth && avx512_tiles::nr == k_pack_outputs && k_pack_outputs % avx2_tiles::nr == 0,
+                  "a packed panel is one AVX512 panel, or whole AVX2 panels, deep as the GEMM's blocks");
     switch (cpu_kernels_active()) {
         case cpu_kernels::avx512: op = gemm_op<avx512_tiles>, acc_op = gemm_acc_op<avx512_tiles>; break;
         case cpu_kernels::avx2: op = gemm_op<avx2_tiles>, acc_op = gemm_acc_op<avx2_tiles>; break;

@@ -417,7 +417,6 @@ void test_packed_dense(const qt::cpu_backend & backend) {
     qt::cpu_kernels_unforce();
 }
 
-
 // Every kernel path of dense() against ggml's own product (the generic path), on shapes that
 // leave partial tiles in every direction (K past one 256-deep panel and not a multiple of 8,
 // frames not a multiple of 6 or 12, outputs not a multiple of 16 or 32), for each weight type
