@@ -122,6 +122,27 @@ std::string features_of(ggml_backend_reg_t reg) {
     return out;
 }
 
+using type_traits_fn = const ggml_type_traits_cpu * (*)(ggml_type);
+
+// ggml_get_type_traits_cpu of the loaded variant (already open: this only finds it), or of the
+// CPU backend linked in when there are no variants.
+type_traits_fn type_traits_of(const fs::path * variant_path) {
+#if defined(_WIN32)
+    HMODULE lib = variant_path ? GetModuleHandleW(variant_path->wstring().c_str()) : GetModuleHandleW(nullptr);
+    return lib ? reinterpret_cast<type_traits_fn>(GetProcAddress(lib, "ggml_get_type_traits_cpu")) : nullptr;
+#else
+    void * lib = variant_path ? dlopen(variant_path->c_str(), RTLD_NOW | RTLD_NOLOAD) : RTLD_DEFAULT;
+    if (!lib) {
+        return nullptr;
+    }
+    auto fn = reinterpret_cast<type_traits_fn>(dlsym(lib, "ggml_get_type_traits_cpu"));
+    if (variant_path) {
+        dlclose(lib);  // drops the reference NOLOAD took; ggml keeps the library open
+    }
+    return fn;
+#endif
+}
+
 // ggml's own messages ("load_backend: loaded CPU backend from ...", gguf errors) go to the
 // engine's log (qt_init_params.log_callback) instead of straight to stderr.
 void forward_ggml_log(ggml_log_level level, const char * text, void *) {
@@ -182,6 +203,7 @@ cpu_backend_info load() {
                                           : std::string("no CPU variant of ggml runs on this processor"));
     }
     info.features = features_of(ggml_backend_dev_backend_reg(info.device));
+    info.type_traits = type_traits_of(chosen ? &chosen->path : nullptr);
     return info;
 }
 

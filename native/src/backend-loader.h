@@ -6,6 +6,7 @@
 #pragma once
 
 #include "ggml-backend.h"
+#include "ggml-cpu.h"
 
 #include <string>
 #include <vector>
@@ -17,6 +18,9 @@ struct cpu_backend_info {
     std::string              features;   // what the variant uses: "AVX2 FMA F16C AVX512 ..."
     std::vector<std::string> available;  // every variant found, best first, with "(not on this CPU)"
     ggml_backend_dev_t       device = nullptr;
+    // The loaded variant's ggml_get_type_traits_cpu (each variant has its own kernels); null
+    // where it cannot be found, and then nothing may assume ggml's per-type kernels.
+    const ggml_type_traits_cpu * (*type_traits)(ggml_type) = nullptr;
 
     // "zen4 (SSE3 ... AVX512 ...); kernels: avx512; variants: zen4, icelake, ..., x64"
     // (qt_system_info()), with the kernels of cpu-ops.h that run beside it.

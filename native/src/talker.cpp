@@ -3,6 +3,7 @@
 #include "cpu-ops.h"
 #include "gguf-names.h"
 #include "log.h"
+#include "mat-vecs.h"
 
 #include "ggml-alloc.h"
 
@@ -120,15 +121,16 @@ std::vector<float> talker::codec_embed(const cpu_backend & backend, const int32_
     return run.read_f32(x);
 }
 
-// Batch-1 matrix-vector products are bound by the bandwidth of reading the weight, which
-// ggml_mul_mat streams once; the packed GEMM of dense() pays off over many positions.
-ggml_tensor * talker::linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool batched) const {
-    return batched ? dense(ctx, w, x) : ggml_mul_mat(ctx, w, x);
+// A step's matrix-vector products are bound by the bandwidth of reading the weight, which
+// mat_vecs() streams once for all the sequences; the packed GEMM of dense() pays off over the
+// many positions of a prefill.
+ggml_tensor * talker::linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool prefill) const {
+    return prefill ? dense(ctx, w, x) : mat_vecs(ctx, w, x);
 }
 
 template <typename Attend>
 ggml_tensor * talker::layer_forward(ggml_context * ctx, ggml_tensor * x, const layer & l, ggml_tensor * pos,
-                                    bool batched, Attend && attend) const {
+                                    bool prefill, Attend && attend) const {
     const int64_t T = x->ne[1];
     const int     hd = hp_.head_dim;
     const float   eps = hp_.norm_eps;
@@ -140,17 +142,17 @@ ggml_tensor * talker::layer_forward(ggml_context * ctx, ggml_tensor * x, const l
         return ggml_rope_ext(ctx, t, pos, nullptr, hd, GGML_ROPE_TYPE_NEOX, 0, hp_.rope_theta, 1.0f, 0.0f, 1.0f,
                              0.0f, 0.0f);
     };
-    ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, l.q, h, batched), hd, hp_.heads, T);
-    ggml_tensor * k = ggml_reshape_3d(ctx, linear(ctx, l.k, h, batched), hd, hp_.kv_heads, T);
-    ggml_tensor * v = linear(ctx, l.v, h, batched);  // (kv_heads * hd, T)
+    ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, l.q, h, prefill), hd, hp_.heads, T);
+    ggml_tensor * k = ggml_reshape_3d(ctx, linear(ctx, l.k, h, prefill), hd, hp_.kv_heads, T);
+    ggml_tensor * v = linear(ctx, l.v, h, prefill);  // (kv_heads * hd, T)
     q = rope(rms_norm(ctx, q, l.q_norm, eps));
     k = rope(rms_norm(ctx, k, l.k_norm, eps));
     ggml_tensor * a = attend(q, k, v);  // (heads * hd, T)
-    x = ggml_add(ctx, x, linear(ctx, l.o, a, batched));
+    x = ggml_add(ctx, x, linear(ctx, l.o, a, prefill));
 
     h = rms_norm(ctx, x, l.ffn_norm, eps);
-    h = ggml_swiglu_split(ctx, linear(ctx, l.gate, h, batched), linear(ctx, l.up, h, batched));
-    return ggml_add(ctx, x, linear(ctx, l.down, h, batched));
+    h = ggml_swiglu_split(ctx, linear(ctx, l.gate, h, prefill), linear(ctx, l.up, h, prefill));
+    return ggml_add(ctx, x, linear(ctx, l.down, h, prefill));
 }
 
 // ---- decode attention ------------------------------------------------------------------------
@@ -307,33 +309,41 @@ QT_TALKER_AVX2 void attend_rows_avx2(const float * const * q, int rep, int64_t h
 
 #endif  // QT_TALKER_X86
 
-// ggml custom op: dst (hd, heads) = softmax(q k^T / sqrt(hd)) v over the cache rows [0, pos]
-// for src = { q (hd, heads, 1) f32 contiguous, k, v (hd, capacity, kv_heads) f32 or f16,
-// pos (1) i32 }. Query head h uses KV head h / (heads / kv_heads), as the reference's
-// repeat_kv. Threads split the KV heads.
+// ggml custom op: dst (hd, heads, B) = softmax(q k^T / sqrt(hd)) v for each of B sequences, over
+// its cache rows [base, base + pos] for src = { q (hd, heads, B) f32 contiguous, k, v (hd, rows,
+// kv_heads) f32 or f16, pos (B) i32, base (B) i32 }. Query head h uses KV head h / (heads /
+// kv_heads), as the reference's repeat_kv. Threads split the (sequence, KV head) pairs.
 void decode_attention_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
     const ggml_tensor * q = dst->src[0];
     const ggml_tensor * k = dst->src[1];
     const ggml_tensor * v = dst->src[2];
-    const int64_t n = int64_t(*static_cast<const int32_t *>(dst->src[3]->data)) + 1;
-    const int64_t hd = q->ne[0];
-    const int64_t kv_heads = k->ne[2];
-    const int     rep = int(q->ne[1] / kv_heads);
-    const float   scale = 1.0f / std::sqrt(float(hd));
-    const bool    f16 = k->type == GGML_TYPE_F16;
+    const int32_t *     pos = static_cast<const int32_t *>(dst->src[3]->data);
+    const int32_t *     base = static_cast<const int32_t *>(dst->src[4]->data);
+    const int64_t       hd = q->ne[0];
+    const int64_t       kv_heads = k->ne[2];
+    const int64_t       n_seqs = q->ne[2];
+    const int           rep = int(q->ne[1] / kv_heads);
+    const float         scale = 1.0f / std::sqrt(float(hd));
+    const bool          f16 = k->type == GGML_TYPE_F16;
 
     thread_local std::vector<float> scores;
-    scores.resize(size_t(rep) * size_t(n));
     std::vector<const float *> qs(static_cast<size_t>(rep));
     std::vector<float *>       outs(static_cast<size_t>(rep));
-    for (int64_t g = kv_heads * ith / nth; g < kv_heads * (ith + 1) / nth; ++g) {
+    const int64_t n_pairs = n_seqs * kv_heads;
+    for (int64_t pair = n_pairs * ith / nth; pair < n_pairs * (ith + 1) / nth; ++pair) {
+        const int64_t b = pair / kv_heads, g = pair % kv_heads;
+        const int64_t n = int64_t(pos[b]) + 1;
+        scores.resize(size_t(rep) * size_t(n));
         for (int r = 0; r < rep; ++r) {
             const int64_t h = g * rep + r;
-            qs[size_t(r)] = reinterpret_cast<const float *>(static_cast<const char *>(q->data) + size_t(h) * q->nb[1]);
-            outs[size_t(r)] = reinterpret_cast<float *>(static_cast<char *>(dst->data) + size_t(h) * dst->nb[1]);
+            qs[size_t(r)] = reinterpret_cast<const float *>(static_cast<const char *>(q->data) + size_t(h) * q->nb[1] +
+                                                            size_t(b) * q->nb[2]);
+            outs[size_t(r)] = reinterpret_cast<float *>(static_cast<char *>(dst->data) + size_t(h) * dst->nb[1] +
+                                                        size_t(b) * dst->nb[2]);
         }
-        const char * kg = static_cast<const char *>(k->data) + size_t(g) * k->nb[2];
-        const char * vg = static_cast<const char *>(v->data) + size_t(g) * v->nb[2];
+        const size_t first = size_t(base[b]) * k->nb[1];
+        const char * kg = static_cast<const char *>(k->data) + size_t(g) * k->nb[2] + first;
+        const char * vg = static_cast<const char *>(v->data) + size_t(g) * v->nb[2] + first;
 #ifdef QT_TALKER_X86
         if (has_avx2() && hd % 8 == 0 && rep <= k_max_rep) {
             if (f16) {
@@ -353,11 +363,12 @@ void decode_attention_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*
 }
 
 ggml_tensor * decode_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
-                               ggml_tensor * pos) {
-    GGML_ASSERT(q->ne[2] == 1 && ggml_is_contiguous(q) && k->nb[0] == ggml_type_size(k->type));
+                               ggml_tensor * pos, ggml_tensor * base) {
+    GGML_ASSERT(ggml_is_contiguous(q) && k->nb[0] == ggml_type_size(k->type) && pos->ne[0] == q->ne[2] &&
+                base->ne[0] == q->ne[2]);
     GGML_ASSERT(k->type == v->type && k->nb[1] == v->nb[1] && k->nb[2] == v->nb[2] && q->ne[1] % k->ne[2] == 0);
-    ggml_tensor * args[] = { q, k, v, pos };
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[1], 1, 1, args, 4, decode_attention_op,
+    ggml_tensor * args[] = { q, k, v, pos, base };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[1], q->ne[2], 1, args, 5, decode_attention_op,
                           GGML_N_TASKS_MAX, nullptr);
 }
 
@@ -366,77 +377,92 @@ ggml_tensor * decode_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor 
 // ---- talker_state ----------------------------------------------------------------------------
 
 talker_state::talker_state(const talker & model, const cpu_backend & backend, int64_t max_positions,
-                           ggml_type kv_type)
-    : model_(model), backend_(backend), capacity_(max_positions) {
+                           ggml_type kv_type, int n_seqs)
+    : model_(model), backend_(backend), capacity_(max_positions), n_past_(size_t(std::max(n_seqs, 0)), 0) {
     const talker_hparams & hp = model.hp_;
-    if (max_positions <= 0) {
-        throw error(QT_STATUS_INVALID_PARAMS, format("talker: KV cache of %lld positions", (long long) max_positions));
+    if (max_positions <= 0 || n_seqs <= 0) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("talker: KV cache of %lld positions for %d sequences",
+                                                     (long long) max_positions, n_seqs));
     }
     if (kv_type != GGML_TYPE_F32 && kv_type != GGML_TYPE_F16) {
         throw error(QT_STATUS_INVALID_PARAMS, format("talker: KV cache type %s (f32 or f16)", ggml_type_name(kv_type)));
     }
 
-    // KV cache and the step graph's inputs live in one persistent buffer: the step graph's
-    // compute buffer never holds anything that must survive a step.
-    const size_t n_tensors = size_t(2 * hp.layers + 3);
+    const size_t n_tensors = size_t(2 * hp.layers);
     cache_ctx_ = new_metadata_context(n_tensors, false, "KV cache context");
     ggml_context * cctx = cache_ctx_.get();
     for (int i = 0; i < hp.layers; ++i) {
-        k_cache_.push_back(ggml_new_tensor_3d(cctx, kv_type, hp.head_dim, capacity_, hp.kv_heads));
-        v_cache_.push_back(ggml_new_tensor_3d(cctx, kv_type, hp.head_dim, capacity_, hp.kv_heads));
+        k_cache_.push_back(ggml_new_tensor_3d(cctx, kv_type, hp.head_dim, capacity_ * n_seqs, hp.kv_heads));
+        v_cache_.push_back(ggml_new_tensor_3d(cctx, kv_type, hp.head_dim, capacity_ * n_seqs, hp.kv_heads));
         ggml_format_name(k_cache_.back(), "k_cache_%d", i);
         ggml_format_name(v_cache_.back(), "v_cache_%d", i);
     }
-    in_embed_ = ggml_new_tensor_2d(cctx, GGML_TYPE_F32, hp.hidden, 1);
-    in_pos_ = ggml_new_tensor_1d(cctx, GGML_TYPE_I32, 1);
-    in_slot_ = ggml_new_tensor_1d(cctx, GGML_TYPE_I64, 1);
-    ggml_set_name(in_embed_, "step_embed");
-    ggml_set_name(in_pos_, "step_pos");
-    ggml_set_name(in_slot_, "step_slot");
     cache_buf_.reset(ggml_backend_alloc_ctx_tensors(cctx, backend.get()));
     if (!cache_buf_) {
         throw error(QT_STATUS_OUT_OF_MEMORY,
-                    format("cannot allocate a KV cache of %lld positions (%.1f MiB)", (long long) capacity_,
-                           2.0 * hp.layers * hp.kv_heads * hp.head_dim * double(capacity_) *
+                    format("cannot allocate a KV cache of %lld positions (%.1f MiB)", (long long) capacity_ * n_seqs,
+                           2.0 * hp.layers * hp.kv_heads * hp.head_dim * double(capacity_) * n_seqs *
                                double(ggml_type_size(kv_type)) / (1024.0 * 1024.0)));
     }
-    // Only written rows are ever read (the prefill's mask and the step kernel's length stop at
-    // the last one), so the cache needs no clearing.
-    build_step_graph();
+    // Only written rows are ever read (the prefill's mask and the step kernel's lengths stop at
+    // the last one of each sequence), so the cache needs no clearing.
+    steps_.resize(size_t(n_seqs));
+    graph_for(1);  // the single step, so that a request fails here rather than mid-way
 }
 
 talker_state::~talker_state() = default;
 
-void talker_state::build_step_graph() {
+talker_state::step_graph & talker_state::graph_for(int width) {
+    std::unique_ptr<step_graph> & slot = steps_[size_t(width - 1)];
+    if (slot) {
+        return *slot;
+    }
+    auto sg = std::make_unique<step_graph>();
     const talker_hparams & hp = model_.hp_;
-    const size_t max_nodes = size_t(hp.layers) * 40 + 64;
-    step_ctx_ = new_metadata_context(max_nodes, true, "talker step graph context");
-    ggml_context * ctx = step_ctx_.get();
+    sg->inputs_ctx = new_metadata_context(4, false, "talker step inputs context");
+    ggml_context * ictx = sg->inputs_ctx.get();
+    sg->embed = ggml_new_tensor_2d(ictx, GGML_TYPE_F32, hp.hidden, width);
+    sg->pos = ggml_new_tensor_1d(ictx, GGML_TYPE_I32, width);
+    sg->slot = ggml_new_tensor_1d(ictx, GGML_TYPE_I64, width);
+    sg->base = ggml_new_tensor_1d(ictx, GGML_TYPE_I32, width);
+    ggml_set_name(sg->embed, "step_embed");
+    ggml_set_name(sg->pos, "step_pos");
+    ggml_set_name(sg->slot, "step_slot");
+    ggml_set_name(sg->base, "step_base");
+    sg->inputs_buf.reset(ggml_backend_alloc_ctx_tensors(ictx, backend_.get()));
+    if (!sg->inputs_buf) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the talker step inputs");
+    }
 
-    ggml_tensor * x = in_embed_;
+    const size_t max_nodes = size_t(hp.layers) * 48 + 64;
+    sg->ctx = new_metadata_context(max_nodes, true, "talker step graph context");
+    ggml_context * ctx = sg->ctx.get();
+    ggml_tensor * x = sg->embed;
     for (int il = 0; il < hp.layers; ++il) {
         auto attend = [&](ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
-            ggml_tensor * kc = store_rows(ctx, k_cache_[size_t(il)], k, in_slot_);
-            ggml_tensor * vc = store_rows(ctx, v_cache_[size_t(il)], ggml_reshape_3d(ctx, v, hp.head_dim, hp.kv_heads, 1),
-                                          in_slot_);
-            ggml_tensor * a = decode_attention(ctx, q, kc, vc, in_pos_);
-            return ggml_reshape_2d(ctx, a, int64_t(hp.head_dim) * hp.heads, 1);
+            ggml_tensor * kc = store_rows(ctx, k_cache_[size_t(il)], k, sg->slot);
+            ggml_tensor * vc = store_rows(ctx, v_cache_[size_t(il)],
+                                          ggml_reshape_3d(ctx, v, hp.head_dim, hp.kv_heads, width), sg->slot);
+            ggml_tensor * a = decode_attention(ctx, q, kc, vc, sg->pos, sg->base);
+            return ggml_reshape_2d(ctx, a, int64_t(hp.head_dim) * hp.heads, width);
         };
-        x = model_.layer_forward(ctx, x, model_.layers_[size_t(il)], in_pos_, false, attend);
+        x = model_.layer_forward(ctx, x, model_.layers_[size_t(il)], sg->pos, false, attend);
     }
-    out_hidden_ = rms_norm(ctx, x, model_.output_norm_, hp.norm_eps);
-    out_logits_ = ggml_mul_mat(ctx, model_.codec_head_, out_hidden_);
-    ggml_set_name(out_hidden_, "talker_hidden");
-    ggml_set_name(out_logits_, "talker_logits");
-    ggml_set_output(out_hidden_);
-    ggml_set_output(out_logits_);
+    sg->hidden = rms_norm(ctx, x, model_.output_norm_, hp.norm_eps);
+    sg->logits = mat_vecs(ctx, model_.codec_head_, sg->hidden);
+    ggml_set_name(sg->hidden, "talker_hidden");
+    ggml_set_name(sg->logits, "talker_logits");
+    ggml_set_output(sg->hidden);
+    ggml_set_output(sg->logits);
 
-    step_graph_ = ggml_new_graph_custom(ctx, max_nodes, false);
-    ggml_build_forward_expand(step_graph_, out_logits_);
-    step_alloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
-    if (!step_alloc_ || !ggml_gallocr_alloc_graph(step_alloc_.get(), step_graph_)) {
+    sg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
+    ggml_build_forward_expand(sg->graph, sg->logits);
+    sg->alloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
+    if (!sg->alloc || !ggml_gallocr_alloc_graph(sg->alloc.get(), sg->graph)) {
         throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the talker step graph");
     }
+    slot = std::move(sg);
+    return *slot;
 }
 
 size_t talker_prefix::bytes() const {
@@ -449,74 +475,82 @@ size_t talker_prefix::bytes() const {
     return total;
 }
 
-talker_prefix talker_state::save_prefix(const float * embeds, const talker_output & out) const {
+talker_prefix talker_state::save_prefix(const float * embeds, const talker_output & out, int seq) const {
     const talker_hparams & hp = model_.hp_;
     talker_prefix          prefix;
-    prefix.n = n_past_;
-    prefix.embeds.assign(embeds, embeds + n_past_ * hp.hidden);
+    prefix.n = n_past(seq);
+    prefix.embeds.assign(embeds, embeds + prefix.n * hp.hidden);
     prefix.out = out;
     for (auto [cache, rows] : { std::pair{ &k_cache_, &prefix.k }, std::pair{ &v_cache_, &prefix.v } }) {
         for (ggml_tensor * t : *cache) {
-            const size_t head_block = t->nb[2], used = size_t(n_past_) * t->nb[1];  // rows of one kv head
+            const size_t head_block = t->nb[2], used = size_t(prefix.n) * t->nb[1];  // rows of one kv head
+            const size_t first = size_t(first_row(seq)) * t->nb[1];
             std::vector<uint8_t> & out_rows = rows->emplace_back(used * size_t(hp.kv_heads));
             for (int64_t h = 0; h < hp.kv_heads; ++h) {
-                ggml_backend_tensor_get(t, out_rows.data() + size_t(h) * used, size_t(h) * head_block, used);
+                ggml_backend_tensor_get(t, out_rows.data() + size_t(h) * used, size_t(h) * head_block + first, used);
             }
         }
     }
     return prefix;
 }
 
-void talker_state::load_prefix(const talker_prefix & prefix) {
+void talker_state::load_prefix(const talker_prefix & prefix, int seq) {
     const talker_hparams & hp = model_.hp_;
-    if (n_past_ != 0 || prefix.n < 1 || prefix.n > capacity_ || prefix.k.size() != k_cache_.size()) {
+    if (n_past(seq) != 0 || prefix.n < 1 || prefix.n > capacity_ || prefix.k.size() != k_cache_.size()) {
         throw error(QT_STATUS_FAILED, format("talker: cannot restore %lld cached positions at %lld",
-                                             (long long) prefix.n, (long long) n_past_));
+                                             (long long) prefix.n, (long long) n_past(seq)));
     }
     for (auto [cache, rows] : { std::pair{ &k_cache_, &prefix.k }, std::pair{ &v_cache_, &prefix.v } }) {
         for (size_t il = 0; il < cache->size(); ++il) {
             ggml_tensor * t = (*cache)[il];
             const size_t  head_block = t->nb[2], used = size_t(prefix.n) * t->nb[1];
+            const size_t  first = size_t(first_row(seq)) * t->nb[1];
             for (int64_t h = 0; h < hp.kv_heads; ++h) {
-                ggml_backend_tensor_set(t, (*rows)[il].data() + size_t(h) * used, size_t(h) * head_block, used);
+                ggml_backend_tensor_set(t, (*rows)[il].data() + size_t(h) * used, size_t(h) * head_block + first, used);
             }
         }
     }
-    n_past_ = prefix.n;
+    n_past_[size_t(seq)] = prefix.n;
 }
 
-void talker_state::prefill(const stage_dumper & dumper, const float * embeds, int64_t n, talker_output & out) {
+void talker_state::prefill(const stage_dumper & dumper, const float * embeds, int64_t n, talker_output & out,
+                           int seq) {
     const talker_hparams & hp = model_.hp_;
-    if (n <= 0 || n_past_ + n > capacity_) {
+    const int64_t          past = n_past(seq);
+    if (n <= 0 || past + n > capacity_) {
         throw error(QT_STATUS_INVALID_PARAMS, format("talker prefill of %lld positions at %lld exceeds the cache (%lld)",
-                                                     (long long) n, (long long) n_past_, (long long) capacity_));
+                                                     (long long) n, (long long) past, (long long) capacity_));
     }
-    const int64_t n_kv = n_past_ + n;
+    const int64_t n_kv = past + n;
     std::vector<int32_t> pos(static_cast<size_t>(n));
+    std::vector<int64_t> slots(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
-        pos[size_t(i)] = int32_t(n_past_ + i);
+        pos[size_t(i)] = int32_t(past + i);
+        slots[size_t(i)] = first_row(seq) + past + i;
     }
-    // causal mask (n_kv, n): query i (absolute position n_past + i) sees cache rows <= n_past + i
+    // causal mask (n_kv, n): query i (absolute position past + i) sees cache rows <= past + i
     std::vector<float> mask(size_t(n_kv * n));
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < n_kv; ++j) {
-            mask[size_t(i * n_kv + j)] = j <= n_past_ + i ? 0.0f : -INFINITY;
+            mask[size_t(i * n_kv + j)] = j <= past + i ? 0.0f : -INFINITY;
         }
     }
-    const bool from_start = n_past_ == 0;
+    const bool from_start = past == 0;
 
     graph_run run(backend_, dumper, size_t(hp.layers) * 48 + 64);
     ggml_context * ctx = run.ctx();
     ggml_tensor * x = run.input_f32("prefill_embeds", embeds, { hp.hidden, n });
-    ggml_tensor * gpos = run.input_i32("prefill_pos", pos.data(), { n });  // also the cache rows
+    ggml_tensor * gpos = run.input_i32("prefill_pos", pos.data(), { n });
+    ggml_tensor * gslots = run.input("prefill_slots", GGML_TYPE_I64, slots.data(), { n });
     ggml_tensor * gmask = ggml_cast(ctx, run.input_f32("prefill_mask", mask.data(), { n_kv, n }), GGML_TYPE_F16);
     for (int il = 0; il < hp.layers; ++il) {
         auto attend = [&](ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
-            ggml_tensor * kc = store_rows(ctx, k_cache_[size_t(il)], k, gpos);
+            ggml_tensor * kc = store_rows(ctx, k_cache_[size_t(il)], k, gslots);
             ggml_tensor * vc = store_rows(ctx, v_cache_[size_t(il)], ggml_reshape_3d(ctx, v, hp.head_dim, hp.kv_heads, n),
-                                          gpos);
-            auto rows = [&](ggml_tensor * c) {  // the first n_kv rows, (hd, n_kv, kv_heads)
-                return ggml_view_3d(ctx, c, hp.head_dim, n_kv, hp.kv_heads, c->nb[1], c->nb[2], 0);
+                                          gslots);
+            auto rows = [&](ggml_tensor * c) {  // the sequence's first n_kv rows, (hd, n_kv, kv_heads)
+                return ggml_view_3d(ctx, c, hp.head_dim, n_kv, hp.kv_heads, c->nb[1], c->nb[2],
+                                    size_t(first_row(seq)) * c->nb[1]);
             };
             ggml_tensor * a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), rows(kc), rows(vc), gmask,
                                                   1.0f / std::sqrt(float(hp.head_dim)), 0.0f, 0.0f);
@@ -543,27 +577,51 @@ void talker_state::prefill(const stage_dumper & dumper, const float * embeds, in
     std::vector<float> both = run.read_f32(result);
     out.logits.assign(both.begin(), both.begin() + hp.vocab);
     out.hidden.assign(both.begin() + hp.vocab, both.end());
-    n_past_ = n_kv;
+    n_past_[size_t(seq)] = n_kv;
 }
 
 void talker_state::step(const float * embed, talker_output & out) {
+    const int seq = 0;
+    step_batch(&seq, 1, embed, &out);
+}
+
+void talker_state::step_batch(const int * seqs, int n, const float * embeds, talker_output * outs) {
     const talker_hparams & hp = model_.hp_;
-    if (n_past_ >= capacity_) {
-        throw error(QT_STATUS_INVALID_PARAMS,
-                    format("talker step at position %lld: the KV cache holds %lld", (long long) n_past_,
-                           (long long) capacity_));
+    if (n < 1 || n > n_seqs()) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("talker step of %d sequences (the state holds %d)", n, n_seqs()));
     }
-    const int32_t pos = int32_t(n_past_);
-    const int64_t slot = n_past_;
-    ggml_backend_tensor_set(in_embed_, embed, 0, ggml_nbytes(in_embed_));
-    ggml_backend_tensor_set(in_pos_, &pos, 0, sizeof(pos));
-    ggml_backend_tensor_set(in_slot_, &slot, 0, sizeof(slot));
-    backend_.compute(step_graph_, "talker step computation");
-    out.logits.resize(size_t(hp.vocab));
-    out.hidden.resize(size_t(hp.hidden));
-    ggml_backend_tensor_get(out_logits_, out.logits.data(), 0, out.logits.size() * sizeof(float));
-    ggml_backend_tensor_get(out_hidden_, out.hidden.data(), 0, out.hidden.size() * sizeof(float));
-    n_past_ += 1;
+    std::vector<int32_t> pos(static_cast<size_t>(n)), base(static_cast<size_t>(n));
+    std::vector<int64_t> slot(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+        const int seq = seqs[i];
+        if (seq < 0 || seq >= n_seqs() || std::count(seqs, seqs + i, seq) != 0) {
+            throw error(QT_STATUS_INVALID_PARAMS, format("talker step: sequence %d is not a distinct one of %d", seq,
+                                                         n_seqs()));
+        }
+        if (n_past(seq) >= capacity_) {
+            throw error(QT_STATUS_INVALID_PARAMS,
+                        format("talker step at position %lld: the KV cache holds %lld", (long long) n_past(seq),
+                               (long long) capacity_));
+        }
+        pos[size_t(i)] = int32_t(n_past(seq));
+        base[size_t(i)] = int32_t(first_row(seq));
+        slot[size_t(i)] = first_row(seq) + n_past(seq);
+    }
+    step_graph & g = graph_for(n);
+    ggml_backend_tensor_set(g.embed, embeds, 0, ggml_nbytes(g.embed));
+    ggml_backend_tensor_set(g.pos, pos.data(), 0, ggml_nbytes(g.pos));
+    ggml_backend_tensor_set(g.base, base.data(), 0, ggml_nbytes(g.base));
+    ggml_backend_tensor_set(g.slot, slot.data(), 0, ggml_nbytes(g.slot));
+    backend_.compute(g.graph, "talker step computation");
+    for (int i = 0; i < n; ++i) {
+        outs[i].logits.resize(size_t(hp.vocab));
+        outs[i].hidden.resize(size_t(hp.hidden));
+        ggml_backend_tensor_get(g.logits, outs[i].logits.data(), size_t(i) * g.logits->nb[1],
+                                outs[i].logits.size() * sizeof(float));
+        ggml_backend_tensor_get(g.hidden, outs[i].hidden.data(), size_t(i) * g.hidden->nb[1],
+                                outs[i].hidden.size() * sizeof(float));
+        n_past_[size_t(seqs[i])] += 1;
+    }
 }
 
 } // namespace qt

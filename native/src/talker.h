@@ -21,6 +21,7 @@
 #include "qwen3-layer.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace qt {
@@ -78,10 +79,12 @@ private:
     // One decoder layer over x = (hidden, T). `attend(q, k, v)` gets the roped queries (head_dim,
     // heads, T), keys (head_dim, kv_heads, T) and the values (kv_heads * head_dim, T), writes K
     // and V to the cache and returns the attention output (heads * head_dim, T).
+    // `prefill`: x holds consecutive positions of one sequence (a GEMM); else one position of
+    // each of x's sequences (matrix-vector products).
     template <typename Attend>
-    ggml_tensor * layer_forward(ggml_context * ctx, ggml_tensor * x, const layer & l, ggml_tensor * pos, bool batched,
+    ggml_tensor * layer_forward(ggml_context * ctx, ggml_tensor * x, const layer & l, ggml_tensor * pos, bool prefill,
                                 Attend && attend) const;
-    ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool batched) const;
+    ggml_tensor * linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool prefill) const;
 
     talker_hparams     hp_;
     std::vector<layer> layers_;
@@ -95,58 +98,78 @@ private:
     ggml_tensor *      codec_head_ = nullptr;  // (hidden, vocab)
 };
 
-// A request's decoding state: the KV cache (room for `max_positions`) and the one-position step
-// graph, built and allocated once with its own compute buffer and reused for every step; per
-// step only the input embedding and the position (which is also the cache row written and the
-// valid length attended over) are uploaded. The step's attention is a custom kernel that reads
-// only the valid cache rows, each once for the query heads that share it; the prefill uses
-// ggml's flash attention with a causal mask. f16 halves the bytes a step reads from the cache
-// (keys and values are rounded once, when written); f32 is exact.
+// The decoding state of one request, or of several decoded side by side: a KV cache with room
+// for `max_positions` per sequence, and one-position step graphs, each built and allocated once
+// with its own compute buffer and reused for every step. A step advances one position of one
+// sequence, or of several at once (step_batch): their columns share every weight read and each
+// gets exactly the bits it would get stepped alone (mat-vecs.h), so a request decoded in a batch
+// gives the same codes as alone. Per step only the input embeddings and the positions (which are
+// also the cache rows written and the valid lengths attended over) are uploaded. The step's
+// attention is a custom kernel that reads only the valid cache rows of each sequence, each once
+// for the query heads that share it; the prefill uses ggml's flash attention with a causal mask.
+// f16 halves the bytes a step reads from the cache (keys and values are rounded once, when
+// written); f32 is exact.
 class talker_state {
 public:
     talker_state(const talker & model, const cpu_backend & backend, int64_t max_positions,
-                 ggml_type kv_type = GGML_TYPE_F32);
+                 ggml_type kv_type = GGML_TYPE_F32, int n_seqs = 1);
     ~talker_state();
     talker_state(const talker_state &) = delete;
     talker_state & operator=(const talker_state &) = delete;
 
-    int64_t n_past() const { return n_past_; }
+    int     n_seqs() const { return int(n_past_.size()); }
+    int64_t n_past(int seq = 0) const { return n_past_[size_t(seq)]; }
     int64_t capacity() const { return capacity_; }
 
-    // Runs the prompt embeddings (hidden, n) (position-major floats) from position n_past().
-    // Dumps "talker_hidden_layer{i}" (residual stream after layer i, [n, hidden]),
-    // "talker_hidden_norm" and "talker_step0_logits" when the prefill starts at position 0.
-    void prefill(const stage_dumper & dumper, const float * embeds, int64_t n, talker_output & out);
-    // One position.
+    // Runs the prompt embeddings (hidden, n) (position-major floats) of sequence `seq` from its
+    // position n_past(seq). Dumps "talker_hidden_layer{i}" (residual stream after layer i, [n,
+    // hidden]), "talker_hidden_norm" and "talker_step0_logits" when the prefill starts at 0.
+    void prefill(const stage_dumper & dumper, const float * embeds, int64_t n, talker_output & out, int seq = 0);
+    // One position of sequence 0.
     void step(const float * embed, talker_output & out);
+    // One position of each of the n sequences seqs[i] (distinct), from embeds + i * hidden, into
+    // outs[i].
+    void step_batch(const int * seqs, int n, const float * embeds, talker_output * outs);
+    // Empties sequence `seq` for another request.
+    void reset(int seq) { n_past_[size_t(seq)] = 0; }
 
-    // The first n_past() positions, whose prompt embeddings were `embeds`, and `out` after them.
-    talker_prefix save_prefix(const float * embeds, const talker_output & out) const;
-    // Starts after all of `prefix` (on a fresh state): n_past() becomes prefix.n.
-    void load_prefix(const talker_prefix & prefix);
+    // The first n_past(seq) positions of `seq`, whose prompt embeddings were `embeds`, and `out`
+    // after them.
+    talker_prefix save_prefix(const float * embeds, const talker_output & out, int seq = 0) const;
+    // Starts sequence `seq` (empty) after all of `prefix`: n_past(seq) becomes prefix.n.
+    void load_prefix(const talker_prefix & prefix, int seq = 0);
 
 private:
-    void build_step_graph();
+    // The step graph over `width` sequences with its inputs (in their own buffer: the compute
+    // buffer never holds anything that must survive a step).
+    struct step_graph {
+        ggml_context_ptr        inputs_ctx;
+        ggml_backend_buffer_ptr inputs_buf;
+        ggml_context_ptr        ctx;
+        ggml_cgraph *           graph = nullptr;
+        ggml_gallocr_ptr        alloc;
+        ggml_tensor *           embed = nullptr;   // (hidden, width) f32
+        ggml_tensor *           pos = nullptr;     // (width) i32: position = valid length - 1
+        ggml_tensor *           slot = nullptr;    // (width) i64: the cache row written
+        ggml_tensor *           base = nullptr;    // (width) i32: the sequence's first cache row
+        ggml_tensor *           logits = nullptr;  // (vocab, width)
+        ggml_tensor *           hidden = nullptr;  // (hidden, width)
+    };
+    step_graph & graph_for(int width);
+    // Cache rows of sequence `seq` start at this row.
+    int64_t first_row(int seq) const { return int64_t(seq) * capacity_; }
 
-    const talker &      model_;
-    const cpu_backend & backend_;
-    int64_t             capacity_;
-    int64_t             n_past_ = 0;
+    const talker &       model_;
+    const cpu_backend &  backend_;
+    int64_t              capacity_;  // per sequence
+    std::vector<int64_t> n_past_;    // per sequence
 
     ggml_context_ptr           cache_ctx_;
     ggml_backend_buffer_ptr    cache_buf_;
-    std::vector<ggml_tensor *> k_cache_;  // per layer (head_dim, capacity, kv_heads)
+    std::vector<ggml_tensor *> k_cache_;  // per layer (head_dim, n_seqs * capacity, kv_heads)
     std::vector<ggml_tensor *> v_cache_;
 
-    // the step graph
-    ggml_context_ptr      step_ctx_;
-    ggml_cgraph *         step_graph_ = nullptr;
-    ggml_gallocr_ptr      step_alloc_;
-    ggml_tensor *         in_embed_ = nullptr;  // (hidden, 1) f32
-    ggml_tensor *         in_pos_ = nullptr;    // (1) i32: position = cache row = valid length - 1
-    ggml_tensor *         in_slot_ = nullptr;   // (1) i64: the same, as ggml_set_rows takes it
-    ggml_tensor *         out_logits_ = nullptr;
-    ggml_tensor *         out_hidden_ = nullptr;
+    std::vector<std::unique_ptr<step_graph>> steps_;  // by width - 1, built when first used
 };
 
 } // namespace qt

@@ -361,6 +361,44 @@ void test_step_vs_prefill(const std::string & ref, loaded_model & m, const qt::c
     check(refused, "a step past the KV cache capacity is refused");
 }
 
+// Sequences stepped side by side (step_batch, in changing groups and orders) give the bits each
+// gets stepped alone in its own state, from prompts of different lengths.
+void test_batched_steps(const std::string & ref, loaded_model & m, const qt::cpu_backend & backend,
+                        const std::string & types) {
+    const npy_array prefill = npy_read(ref + "/icl_prefill_embeds.npy");
+    const int64_t   T = prefill.rows(), H = m.talker.hparams().hidden;
+    const int64_t   lengths[3] = { T, T - 3, T / 2 };
+    const std::vector<std::vector<int>> groups = { { 0, 1, 2 }, { 2, 0 }, { 1 }, { 1, 2, 0 }, { 0, 2 } };
+    qt::stage_dumper no_dump;
+    qt::talker_state together(m.talker, backend, T + 8, GGML_TYPE_F32, 3);
+    std::vector<std::unique_ptr<qt::talker_state>> alone;
+    std::vector<qt::talker_output> out_together(3), out_alone(3);
+    for (int s = 0; s < 3; ++s) {
+        alone.push_back(std::make_unique<qt::talker_state>(m.talker, backend, T + 8));
+        together.prefill(no_dump, prefill.f32.data(), lengths[s], out_together[size_t(s)], s);
+        alone.back()->prefill(no_dump, prefill.f32.data(), lengths[s], out_alone[size_t(s)]);
+    }
+    bool same = true;
+    for (size_t g = 0; g < groups.size(); ++g) {
+        const std::vector<int> & group = groups[g];
+        std::vector<float> embeds;
+        std::vector<qt::talker_output> outs(group.size());
+        for (size_t i = 0; i < group.size(); ++i) {
+            const int64_t row = (int64_t(g) * 5 + group[i] * 3) % T;  // any embedding will do
+            embeds.insert(embeds.end(), &prefill.f32[size_t(row * H)], &prefill.f32[size_t((row + 1) * H)]);
+            alone[size_t(group[i])]->step(&prefill.f32[size_t(row * H)], out_alone[size_t(group[i])]);
+        }
+        together.step_batch(group.data(), int(group.size()), embeds.data(), outs.data());
+        for (size_t i = 0; i < group.size(); ++i) {
+            const qt::talker_output & a = out_alone[size_t(group[i])];
+            same = same && outs[i].logits == a.logits && outs[i].hidden == a.hidden &&
+                   together.n_past(group[i]) == alone[size_t(group[i])]->n_past();
+        }
+    }
+    check(same, "%s: 3 sequences stepped side by side in changing groups give the same bits as each alone",
+          types.c_str());
+}
+
 // The distinct types of the talker's matrices, e.g. "f16+q8_0".
 std::string type_name_of(const loaded_model & m) {
     return test::matrix_types(*m.loader, "talker", m.talker.hparams().layers, { "talker.codec_head.weight" });
@@ -460,6 +498,7 @@ int main(int argc, char ** argv) {
         // reserves before allocating.
         qt::cpu_backend plain(2);
         test_step_vs_prefill(ref, *m, plain);
+        test_batched_steps(ref, *m, plain, type_name_of(*m));
         for (const char * mode : { "xvec", "icl" }) {
             const mode_result r = run_mode(ref, mode, *m, plain, false, GGML_TYPE_F16);
             check(r.logits_cos >= 0.999, "f16 KV cache, %s: step-0 logits cos %.6f, teacher-forced code0 %d/%d identical",
@@ -468,6 +507,7 @@ int main(int argc, char ** argv) {
         for (int i = 3; i < argc; ++i) {
             auto q = test::load_talker(argv[i], plain);
             const std::string types = type_name_of(*q);
+            test_batched_steps(ref, *q, plain, types);
             for (const char * mode : { "xvec", "icl" }) {
                 const mode_result r = run_mode(ref, mode, *q, plain, false);
                 test::check_conversion(argv[i], types, mode, { r.logits_cos, r.same_codes, r.n_codes },
