@@ -2,6 +2,7 @@
 
 #include "gguf-names.h"
 #include "log.h"
+#include "mat-vecs.h"
 #include "sampler.h"
 
 #include "ggml-alloc.h"
@@ -111,28 +112,28 @@ int32_t cp_sample_row(const float * logits, int32_t n_vocab, float temperature, 
 
 namespace {
 
-// ggml custom op: dst (1) i32 = the sampled id of src = { logits (vocab) f32, sampling (3) f32
-// (temperature, top_k, top_p), u (1) f32, forced (1) i32 }, or `forced` when it is >= 0. One
-// thread: a row is microseconds of work.
-void sample_op(ggml_tensor * dst, int ith, int /*nth*/, void * /*userdata*/) {
-    if (ith != 0) {
-        return;
-    }
+// ggml custom op: dst (B) i32 = the sampled ids of src = { logits (vocab, B) f32, sampling (3, B)
+// f32 (temperature, top_k, top_p), u (B) f32, forced (B) i32 }, or `forced` where it is >= 0.
+// Threads split the rows: one is microseconds of work.
+void sample_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
     const ggml_tensor * logits = dst->src[0];
-    const float *       s = static_cast<const float *>(dst->src[1]->data);
-    const float         u = *static_cast<const float *>(dst->src[2]->data);
-    const int32_t       forced = *static_cast<const int32_t *>(dst->src[3]->data);
-    *static_cast<int32_t *>(dst->data) =
-        forced >= 0 ? forced
-                    : cp_sample_row(static_cast<const float *>(logits->data), int32_t(logits->ne[0]), s[0],
-                                    int32_t(s[1]), s[2], u);
+    const ggml_tensor * sampling = dst->src[1];
+    const float *       u = static_cast<const float *>(dst->src[2]->data);
+    const int32_t *     forced = static_cast<const int32_t *>(dst->src[3]->data);
+    for (int64_t b = ith; b < dst->ne[0]; b += nth) {
+        const float * s = reinterpret_cast<const float *>(static_cast<const char *>(sampling->data) + b * sampling->nb[1]);
+        const float * row = reinterpret_cast<const float *>(static_cast<const char *>(logits->data) + b * logits->nb[1]);
+        static_cast<int32_t *>(dst->data)[b] =
+            forced[b] >= 0 ? forced[b] : cp_sample_row(row, int32_t(logits->ne[0]), s[0], int32_t(s[1]), s[2], u[b]);
+    }
 }
 
 ggml_tensor * sample(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * sampling, ggml_tensor * u,
                      ggml_tensor * forced) {
-    GGML_ASSERT(logits->type == GGML_TYPE_F32 && ggml_is_contiguous(logits) && ggml_nrows(logits) == 1);
+    GGML_ASSERT(logits->type == GGML_TYPE_F32 && ggml_is_contiguous(logits) && sampling->ne[1] == logits->ne[1] &&
+                u->ne[0] == logits->ne[1] && forced->ne[0] == logits->ne[1]);
     ggml_tensor * args[] = { logits, sampling, u, forced };
-    return ggml_custom_4d(ctx, GGML_TYPE_I32, 1, 1, 1, 1, args, 4, sample_op, 1, nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_I32, logits->ne[1], 1, 1, 1, args, 4, sample_op, GGML_N_TASKS_MAX, nullptr);
 }
 
 } // namespace
@@ -215,26 +216,30 @@ size_t code_predictor::frame_weight_bytes() const {
 // ---- code_predictor_state --------------------------------------------------------------------
 
 code_predictor_state::code_predictor_state(const code_predictor & model, const cpu_backend & backend,
-                                           const cp_sampling & sampling)
-    : model_(model), backend_(backend), sampling_(sampling) {
+                                           const cp_sampling & sampling, int max_batch)
+    : model_(model), backend_(backend), sampling_(sampling), max_batch_(max_batch) {
     const code_predictor_hparams & hp = model.hp_;
+    if (max_batch < 1) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("code predictor: a batch of %d", max_batch));
+    }
     const int64_t n_pos = hp.n_codes + 1;  // positions of a frame: h, code0, ..., code14
+    const int64_t B = max_batch;
 
     const size_t n_tensors = size_t(2 * hp.layers + 9);
     state_ctx_ = new_metadata_context(n_tensors, false, "code predictor state context");
     ggml_context * sctx = state_ctx_.get();
     for (int i = 0; i < hp.layers; ++i) {
-        k_rows_.push_back(ggml_new_tensor_3d(sctx, GGML_TYPE_F32, hp.head_dim, n_pos, hp.kv_heads));
-        v_rows_.push_back(ggml_new_tensor_3d(sctx, GGML_TYPE_F32, hp.head_dim, n_pos, hp.kv_heads));
+        k_rows_.push_back(ggml_new_tensor_4d(sctx, GGML_TYPE_F32, hp.head_dim, n_pos, hp.kv_heads, B));
+        v_rows_.push_back(ggml_new_tensor_4d(sctx, GGML_TYPE_F32, hp.head_dim, n_pos, hp.kv_heads, B));
         ggml_format_name(k_rows_.back(), "cp_k_%d", i);
         ggml_format_name(v_rows_.back(), "cp_v_%d", i);
     }
-    in_hidden_ = ggml_new_tensor_1d(sctx, GGML_TYPE_F32, hp.talker_hidden);
-    in_code0_ = ggml_new_tensor_1d(sctx, GGML_TYPE_I32, 1);
-    in_uniform_ = ggml_new_tensor_1d(sctx, GGML_TYPE_F32, hp.n_codes);
-    in_sampling_ = ggml_new_tensor_1d(sctx, GGML_TYPE_F32, 3);
-    in_forced_ = ggml_new_tensor_1d(sctx, GGML_TYPE_I32, hp.n_codes);
-    c_pos_ = ggml_new_tensor_1d(sctx, GGML_TYPE_I32, n_pos);
+    in_hidden_ = ggml_new_tensor_2d(sctx, GGML_TYPE_F32, hp.talker_hidden, B);
+    in_code0_ = ggml_new_tensor_1d(sctx, GGML_TYPE_I32, B);
+    in_uniform_ = ggml_new_tensor_2d(sctx, GGML_TYPE_F32, B, hp.n_codes);
+    in_sampling_ = ggml_new_tensor_2d(sctx, GGML_TYPE_F32, 3, B);
+    in_forced_ = ggml_new_tensor_2d(sctx, GGML_TYPE_I32, B, hp.n_codes);
+    c_pos_ = ggml_new_tensor_1d(sctx, GGML_TYPE_I32, 2 * B + (hp.n_codes - 1) * B);
     c_slot_ = ggml_new_tensor_1d(sctx, GGML_TYPE_I64, n_pos);
     c_mask_ = ggml_new_tensor_2d(sctx, GGML_TYPE_F16, 2, 2);
     ggml_set_name(in_hidden_, "cp_talker_hidden");
@@ -249,10 +254,16 @@ code_predictor_state::code_predictor_state(const code_predictor & model, const c
     if (!state_buf_) {
         throw error(QT_STATUS_OUT_OF_MEMORY, "cannot allocate the code predictor state");
     }
-    std::vector<int32_t> pos(static_cast<size_t>(n_pos));
+    // the positions of each pass, request after request: 0, 1 for the prefill, then q for pass q
+    std::vector<int32_t> pos;
+    for (int64_t b = 0; b < B; ++b) {
+        pos.insert(pos.end(), { 0, 1 });
+    }
+    for (int q = 2; q <= hp.n_codes; ++q) {
+        pos.insert(pos.end(), size_t(B), q);
+    }
     std::vector<int64_t> slot(static_cast<size_t>(n_pos));
     for (int64_t i = 0; i < n_pos; ++i) {
-        pos[size_t(i)] = int32_t(i);
         slot[size_t(i)] = i;
     }
     ggml_backend_tensor_set(c_pos_, pos.data(), 0, ggml_nbytes(c_pos_));
@@ -261,57 +272,66 @@ code_predictor_state::code_predictor_state(const code_predictor & model, const c
     const ggml_fp16_t mask[4] = { ggml_fp32_to_fp16(0.0f), ggml_fp32_to_fp16(k_neg_inf), ggml_fp32_to_fp16(0.0f),
                                   ggml_fp32_to_fp16(0.0f) };
     ggml_backend_tensor_set(c_mask_, mask, 0, sizeof(mask));
-    const std::vector<int32_t> none(static_cast<size_t>(hp.n_codes), -1);
+    const std::vector<int32_t> none(size_t(B * hp.n_codes), -1);
     ggml_backend_tensor_set(in_forced_, none.data(), 0, ggml_nbytes(in_forced_));
-    set_sampling(sampling);
     // Only rows written earlier in the same frame are ever read, so the KV rows need no clearing.
-    build_graph();
+    graphs_.resize(size_t(max_batch));
+    graph_for(1);
 }
 
 code_predictor_state::~code_predictor_state() = default;
 
-void code_predictor_state::set_sampling(const cp_sampling & sampling) {
-    sampling_ = sampling;
-    const int32_t k = sampling.top_k > 0 && sampling.top_k < model_.hp_.vocab ? sampling.top_k : 0;
-    const float s[3] = { sampling.temperature, float(k), sampling.top_p };
-    ggml_backend_tensor_set(in_sampling_, s, 0, sizeof(s));
-}
+void code_predictor_state::set_sampling(const cp_sampling & sampling) { sampling_ = sampling; }
 
-void code_predictor_state::build_graph() {
+code_predictor_state::frame_graph & code_predictor_state::graph_for(int width) {
+    std::unique_ptr<frame_graph> & slot = graphs_[size_t(width - 1)];
+    if (slot) {
+        return *slot;
+    }
+    auto fg = std::make_unique<frame_graph>();
     const code_predictor &         m = model_;
     const code_predictor_hparams & hp = m.hp_;
     const int                      hd = hp.head_dim;
     const float                    eps = hp.norm_eps;
     const int64_t                  Ht = hp.talker_hidden;
-    const size_t max_nodes = size_t(hp.n_codes) * (size_t(hp.layers) * 40 + 32) + 64;
-    graph_ctx_ = new_metadata_context(max_nodes, true, "code predictor graph context");
-    ggml_context * ctx = graph_ctx_.get();
+    const int64_t                  B = width;
+    const size_t max_nodes = size_t(hp.n_codes) * (size_t(hp.layers) * 44 + 32) + 64;
+    fg->ctx = new_metadata_context(max_nodes, true, "code predictor graph context");
+    ggml_context * ctx = fg->ctx.get();
 
     auto proj = [&](ggml_tensor * e) {
-        return m.in_proj_w_ ? ggml_add(ctx, ggml_mul_mat(ctx, m.in_proj_w_, e), m.in_proj_b_) : e;
+        return m.in_proj_w_ ? ggml_add(ctx, mat_vecs(ctx, m.in_proj_w_, e), m.in_proj_b_) : e;
     };
-    // K or V rows of T positions, (hd, kv_heads, T), to rows `slots` of `cache` (hd, n_pos,
-    // kv_heads); the result is a view of the whole cache through which later reads and writes
-    // are ordered after this one.
+    // The first B requests' part of a state tensor whose last dimension is the request.
+    auto requests = [&](ggml_tensor * t) {
+        return ggml_view_4d(ctx, t, t->ne[0], t->ne[1], t->ne[2], B, t->nb[1], t->nb[2], t->nb[3], 0);
+    };
+    // B values of row r of a (max_batch, rows) input.
+    auto row = [&](ggml_tensor * t, int64_t r) { return ggml_view_1d(ctx, t, B, size_t(r) * t->nb[1]); };
+    // K or V rows of T positions of each request, (hd, kv_heads, T * B), to rows `slots` of
+    // `cache` (hd, n_pos, kv_heads, B); the result is a view of the whole cache through which
+    // later reads and writes are ordered after this one.
     auto store = [&](ggml_tensor * cache, ggml_tensor * rows, ggml_tensor * slots) {
-        const int64_t T = rows->ne[2];
-        ggml_tensor * per_head = T == 1 ? ggml_reshape_3d(ctx, rows, hd, 1, hp.kv_heads)
-                                        : ggml_permute(ctx, rows, 0, 2, 1, 3);  // (hd, T, kv_heads)
-        return ggml_set_rows(ctx, cache, per_head, slots);
+        const int64_t T = rows->ne[2] / B;
+        ggml_tensor * per_head = ggml_permute(ctx, ggml_reshape_4d(ctx, rows, hd, hp.kv_heads, T, B), 0, 2, 1, 3);
+        return ggml_set_rows(ctx, cache, per_head, slots);  // per_head (hd, T, kv_heads, B)
     };
 
-    std::vector<ggml_tensor *> kc = k_rows_;
-    std::vector<ggml_tensor *> vc = v_rows_;
-    out_codes_.clear();
-    out_logits_.clear();
+    std::vector<ggml_tensor *> kc, vc;
+    for (int il = 0; il < hp.layers; ++il) {
+        kc.push_back(requests(k_rows_[size_t(il)]));
+        vc.push_back(requests(v_rows_[size_t(il)]));
+    }
 
-    // prefill rows: [h, C(code0)]
-    ggml_tensor * c0 = ggml_get_rows(ctx, m.talker_codec_embd_, in_code0_);  // (Ht, 1)
-    out_prefill_ = ggml_concat(ctx, ggml_reshape_2d(ctx, in_hidden_, Ht, 1), c0, 1);
-    ggml_set_name(out_prefill_, "cp_prefill_embeds");
-    ggml_set_output(out_prefill_);
+    // prefill rows of each request: [h, C(code0)]
+    ggml_tensor * hidden = ggml_view_2d(ctx, in_hidden_, Ht, B, in_hidden_->nb[1], 0);
+    ggml_tensor * c0 = ggml_get_rows(ctx, m.talker_codec_embd_, ggml_view_1d(ctx, in_code0_, B, 0));  // (Ht, B)
+    fg->prefill = ggml_concat(ctx, ggml_reshape_3d(ctx, hidden, Ht, 1, B), ggml_reshape_3d(ctx, c0, Ht, 1, B), 1);
+    ggml_set_name(fg->prefill, "cp_prefill_embeds");
+    ggml_set_output(fg->prefill);
     ggml_tensor * codec_sum = c0;
-    ggml_tensor * x = proj(out_prefill_);
+    ggml_tensor * x = proj(ggml_reshape_2d(ctx, fg->prefill, Ht, 2 * B));
+    ggml_tensor * sampling = ggml_view_2d(ctx, in_sampling_, 3, B, in_sampling_->nb[1], 0);
     ggml_tensor * code = nullptr;
 
     for (int q = 1; q <= hp.n_codes; ++q) {  // the pass that predicts code q
@@ -323,7 +343,8 @@ void code_predictor_state::build_graph() {
             codec_sum = ggml_add(ctx, codec_sum, e);
             x = proj(e);
         }
-        ggml_tensor * pos = ggml_view_1d(ctx, c_pos_, T, size_t(p0) * c_pos_->nb[0]);
+        const size_t  pos_offset = q == 1 ? 0 : size_t(2 * max_batch_ + (q - 2) * max_batch_) * c_pos_->nb[0];
+        ggml_tensor * pos = ggml_view_1d(ctx, c_pos_, T * B, pos_offset);
         ggml_tensor * slots = ggml_view_1d(ctx, c_slot_, T, size_t(p0) * c_slot_->nb[0]);
         auto rope = [&](ggml_tensor * t) {
             return ggml_rope_ext(ctx, t, pos, nullptr, hd, GGML_ROPE_TYPE_NEOX, 0, hp.rope_theta, 1.0f, 0.0f, 1.0f,
@@ -332,61 +353,82 @@ void code_predictor_state::build_graph() {
         for (int il = 0; il < hp.layers; ++il) {
             const code_predictor::layer & l = m.layers_[size_t(il)];
             ggml_tensor * h = rms_norm(ctx, x, l.attn_norm, eps);
-            ggml_tensor * qh = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.q, h), hd, hp.heads, T);
-            ggml_tensor * kh = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.k, h), hd, hp.kv_heads, T);
-            ggml_tensor * vh = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.v, h), hd, hp.kv_heads, T);
+            ggml_tensor * qh = ggml_reshape_3d(ctx, mat_vecs(ctx, l.q, h), hd, hp.heads, T * B);
+            ggml_tensor * kh = ggml_reshape_3d(ctx, mat_vecs(ctx, l.k, h), hd, hp.kv_heads, T * B);
+            ggml_tensor * vh = ggml_reshape_3d(ctx, mat_vecs(ctx, l.v, h), hd, hp.kv_heads, T * B);
             qh = rope(rms_norm(ctx, qh, l.q_norm, eps));
             kh = rope(rms_norm(ctx, kh, l.k_norm, eps));
             kc[size_t(il)] = store(kc[size_t(il)], kh, slots);
             vc[size_t(il)] = store(vc[size_t(il)], vh, slots);
-            auto rows = [&](ggml_tensor * c) {  // the first n_kv rows, (hd, n_kv, kv_heads)
-                return ggml_view_3d(ctx, c, hd, n_kv, hp.kv_heads, c->nb[1], c->nb[2], 0);
+            auto rows = [&](ggml_tensor * c) {  // each request's first n_kv rows, (hd, n_kv, kv_heads, B)
+                return ggml_view_4d(ctx, c, hd, n_kv, hp.kv_heads, B, c->nb[1], c->nb[2], c->nb[3], 0);
             };
-            ggml_tensor * a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, qh, 0, 2, 1, 3), rows(kc[size_t(il)]),
-                                                  rows(vc[size_t(il)]), T == 2 ? c_mask_ : nullptr,
-                                                  1.0f / std::sqrt(float(hd)), 0.0f, 0.0f);  // (hd, heads, T)
-            x = ggml_add(ctx, x, ggml_mul_mat(ctx, l.o, ggml_reshape_2d(ctx, a, int64_t(hd) * hp.heads, T)));
+            ggml_tensor * queries = ggml_permute(ctx, ggml_reshape_4d(ctx, qh, hd, hp.heads, T, B), 0, 2, 1, 3);
+            ggml_tensor * a = ggml_flash_attn_ext(ctx, queries, rows(kc[size_t(il)]), rows(vc[size_t(il)]),
+                                                  T == 2 ? c_mask_ : nullptr, 1.0f / std::sqrt(float(hd)), 0.0f,
+                                                  0.0f);  // (hd, heads, T, B)
+            x = ggml_add(ctx, x, mat_vecs(ctx, l.o, ggml_reshape_2d(ctx, a, int64_t(hd) * hp.heads, T * B)));
             h = rms_norm(ctx, x, l.ffn_norm, eps);
-            h = ggml_swiglu_split(ctx, ggml_mul_mat(ctx, l.gate, h), ggml_mul_mat(ctx, l.up, h));
-            x = ggml_add(ctx, x, ggml_mul_mat(ctx, l.down, h));
+            h = ggml_swiglu_split(ctx, mat_vecs(ctx, l.gate, h), mat_vecs(ctx, l.up, h));
+            x = ggml_add(ctx, x, mat_vecs(ctx, l.down, h));
         }
-        ggml_tensor * last = T == 1 ? x : ggml_view_2d(ctx, x, hp.hidden, 1, x->nb[1], size_t(T - 1) * x->nb[1]);
-        ggml_tensor * logits = ggml_mul_mat(ctx, m.heads_[size_t(q - 1)], rms_norm(ctx, last, m.output_norm_, eps));
+        // each request's last position
+        ggml_tensor * last = T == 1 ? x : ggml_view_2d(ctx, x, hp.hidden, B, size_t(T) * x->nb[1], size_t(T - 1) * x->nb[1]);
+        ggml_tensor * logits = mat_vecs(ctx, m.heads_[size_t(q - 1)], rms_norm(ctx, last, m.output_norm_, eps));
         ggml_format_name(logits, "cp_logits_%d", q);
         ggml_set_output(logits);
-        out_logits_.push_back(logits);
-        code = sample(ctx, logits, in_sampling_, ggml_view_1d(ctx, in_uniform_, 1, size_t(q - 1) * sizeof(float)),
-                      ggml_view_1d(ctx, in_forced_, 1, size_t(q - 1) * sizeof(int32_t)));
+        fg->logits.push_back(logits);
+        code = sample(ctx, logits, sampling, row(in_uniform_, q - 1), row(in_forced_, q - 1));
         ggml_format_name(code, "cp_code_%d", q);
         ggml_set_output(code);
-        out_codes_.push_back(code);
+        fg->codes.push_back(code);
     }
-    codec_sum = ggml_add(ctx, codec_sum, ggml_get_rows(ctx, m.codec_embd_[size_t(hp.n_codes - 1)], code));
-    out_codec_ = ggml_reshape_1d(ctx, codec_sum, Ht);
-    ggml_set_name(out_codec_, "cp_next_codec");
-    ggml_set_output(out_codec_);
+    fg->codec = ggml_add(ctx, codec_sum, ggml_get_rows(ctx, m.codec_embd_[size_t(hp.n_codes - 1)], code));
+    ggml_set_name(fg->codec, "cp_next_codec");
+    ggml_set_output(fg->codec);
 
-    graph_ = ggml_new_graph_custom(ctx, max_nodes, false);
-    ggml_build_forward_expand(graph_, out_prefill_);
-    for (size_t i = 0; i < out_codes_.size(); ++i) {
-        ggml_build_forward_expand(graph_, out_logits_[i]);
-        ggml_build_forward_expand(graph_, out_codes_[i]);
+    fg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
+    ggml_build_forward_expand(fg->graph, fg->prefill);
+    for (size_t i = 0; i < fg->codes.size(); ++i) {
+        ggml_build_forward_expand(fg->graph, fg->logits[i]);
+        ggml_build_forward_expand(fg->graph, fg->codes[i]);
     }
-    ggml_build_forward_expand(graph_, out_codec_);
-    alloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
-    if (!alloc_ || !ggml_gallocr_alloc_graph(alloc_.get(), graph_)) {
+    ggml_build_forward_expand(fg->graph, fg->codec);
+    fg->alloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
+    if (!fg->alloc || !ggml_gallocr_alloc_graph(fg->alloc.get(), fg->graph)) {
         throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the code predictor graph");
     }
+    slot = std::move(fg);
+    return *slot;
 }
 
-void code_predictor_state::predict(const float * talker_hidden, int32_t code0, uint64_t frame_index, int32_t * codes,
-                                   float * next_codec, const stage_dumper * dump, const int32_t * forced) {
+void code_predictor_state::run(const cp_frame * frames, int n, const int32_t * forced) {
     const code_predictor_hparams & hp = model_.hp_;
-    if (code0 < 0 || code0 >= hp.talker_vocab) {
-        throw error(QT_STATUS_INVALID_PARAMS,
-                    format("code predictor: code0 %d is out of range [0, %d)", code0, hp.talker_vocab));
+    if (n < 1 || n > max_batch_) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("code predictor: %d frames at once (at most %d)", n, max_batch_));
     }
-    if (forced) {
+    const size_t B = size_t(max_batch_);
+    std::vector<float>   hidden(size_t(hp.talker_hidden) * size_t(n)), u(B * size_t(hp.n_codes), 0.0f);
+    std::vector<float>   sampling(3 * size_t(n));
+    std::vector<int32_t> code0(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+        const cp_frame & f = frames[i];
+        if (f.code0 < 0 || f.code0 >= hp.talker_vocab) {
+            throw error(QT_STATUS_INVALID_PARAMS,
+                        format("code predictor: code0 %d is out of range [0, %d)", f.code0, hp.talker_vocab));
+        }
+        std::copy(f.talker_hidden, f.talker_hidden + hp.talker_hidden, hidden.begin() + size_t(i) * size_t(hp.talker_hidden));
+        code0[size_t(i)] = f.code0;
+        for (int q = 0; q < hp.n_codes; ++q) {
+            u[size_t(q) * B + size_t(i)] =
+                rng_uniform_f32(f.sampling.seed, 1, f.frame_index * uint64_t(hp.n_codes) + uint64_t(q));
+        }
+        const int32_t k = f.sampling.top_k > 0 && f.sampling.top_k < hp.vocab ? f.sampling.top_k : 0;
+        sampling[size_t(3 * i)] = f.sampling.temperature;
+        sampling[size_t(3 * i + 1)] = float(k);
+        sampling[size_t(3 * i + 2)] = f.sampling.top_p;
+    }
+    if (forced) {  // only ever for one frame
         for (int q = 0; q < hp.n_codes; ++q) {
             if (forced[q] < 0 || forced[q] >= hp.vocab) {
                 throw error(QT_STATUS_INVALID_PARAMS,
@@ -394,39 +436,54 @@ void code_predictor_state::predict(const float * talker_hidden, int32_t code0, u
                                    q + 1, hp.vocab));
             }
         }
-        ggml_backend_tensor_set(in_forced_, forced, 0, ggml_nbytes(in_forced_));
+        std::vector<int32_t> rows(B * size_t(hp.n_codes), -1);
+        for (int q = 0; q < hp.n_codes; ++q) {
+            rows[size_t(q) * B] = forced[q];
+        }
+        ggml_backend_tensor_set(in_forced_, rows.data(), 0, ggml_nbytes(in_forced_));
         forcing_ = true;
     } else if (forcing_) {
-        const std::vector<int32_t> none(static_cast<size_t>(hp.n_codes), -1);
+        const std::vector<int32_t> none(B * size_t(hp.n_codes), -1);
         ggml_backend_tensor_set(in_forced_, none.data(), 0, ggml_nbytes(in_forced_));
         forcing_ = false;
     }
-    std::vector<float> u(static_cast<size_t>(hp.n_codes));
-    for (int q = 0; q < hp.n_codes; ++q) {
-        u[size_t(q)] = rng_uniform_f32(sampling_.seed, 1, frame_index * uint64_t(hp.n_codes) + uint64_t(q));
-    }
-    ggml_backend_tensor_set(in_hidden_, talker_hidden, 0, ggml_nbytes(in_hidden_));
-    ggml_backend_tensor_set(in_code0_, &code0, 0, sizeof(code0));
+    ggml_backend_tensor_set(in_hidden_, hidden.data(), 0, hidden.size() * sizeof(float));
+    ggml_backend_tensor_set(in_code0_, code0.data(), 0, code0.size() * sizeof(int32_t));
     ggml_backend_tensor_set(in_uniform_, u.data(), 0, ggml_nbytes(in_uniform_));
-    backend_.compute(graph_, "code predictor computation");
-    for (int q = 0; q < hp.n_codes; ++q) {
-        ggml_backend_tensor_get(out_codes_[size_t(q)], &codes[q], 0, sizeof(int32_t));
+    ggml_backend_tensor_set(in_sampling_, sampling.data(), 0, sampling.size() * sizeof(float));
+    frame_graph & g = graph_for(n);
+    backend_.compute(g.graph, "code predictor computation");
+    for (int i = 0; i < n; ++i) {
+        for (int q = 0; q < hp.n_codes; ++q) {
+            ggml_backend_tensor_get(g.codes[size_t(q)], &frames[i].codes[q], size_t(i) * sizeof(int32_t), sizeof(int32_t));
+        }
+        if (frames[i].next_codec) {
+            ggml_backend_tensor_get(g.codec, frames[i].next_codec, size_t(i) * g.codec->nb[1],
+                                    size_t(hp.talker_hidden) * sizeof(float));
+        }
     }
-    if (next_codec) {
-        ggml_backend_tensor_get(out_codec_, next_codec, 0, ggml_nbytes(out_codec_));
-    }
+}
+
+void code_predictor_state::predict(const float * talker_hidden, int32_t code0, uint64_t frame_index, int32_t * codes,
+                                   float * next_codec, const stage_dumper * dump, const int32_t * forced) {
+    const code_predictor_hparams & hp = model_.hp_;
+    const cp_frame frame = { talker_hidden, code0, frame_index, sampling_, codes, next_codec };
+    run(&frame, 1, forced);
     if (dump && dump->enabled()) {
-        dump->write("cp_step0_prefill_embeds", out_prefill_);
+        dump->write("cp_step0_prefill_embeds", graph_for(1).prefill);
         const std::vector<float> logits = last_logits();
         dump->write("cp_step0_logits", logits.data(), { int64_t(hp.n_codes), int64_t(hp.vocab) });
     }
 }
 
+void code_predictor_state::predict_batch(const cp_frame * frames, int n) { run(frames, n, nullptr); }
+
 std::vector<float> code_predictor_state::last_logits() const {
     const size_t vocab = size_t(model_.hp_.vocab);
-    std::vector<float> out(out_logits_.size() * vocab);
-    for (size_t q = 0; q < out_logits_.size(); ++q) {
-        ggml_backend_tensor_get(out_logits_[q], &out[q * vocab], 0, vocab * sizeof(float));
+    const frame_graph & g = *graphs_.front();
+    std::vector<float> out(g.logits.size() * vocab);
+    for (size_t q = 0; q < g.logits.size(); ++q) {
+        ggml_backend_tensor_get(g.logits[q], &out[q * vocab], 0, vocab * sizeof(float));
     }
     return out;
 }

@@ -13,7 +13,8 @@
 // The whole frame is one static ggml graph built and allocated once per state: the prefill,
 // the 14 steps and, after each head, the sampler as a custom op whose I32 result feeds the next
 // step's embedding lookup, so a frame is one graph computation with no host round trip. Per
-// frame only h, code0 and the 15 uniforms are uploaded:
+// frame only h, code0 and the 15 uniforms are uploaded. The frames of several requests can run
+// as one graph (predict_batch), every position group's columns side by side:
 //
 //     code_predictor_state cp(model, backend, sampling);
 //     cp.predict(talker_out.hidden.data(), code0, frame, codes, next_codec, dump_on_frame_0);
@@ -27,6 +28,7 @@
 #include "talker.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace qt {
@@ -88,62 +90,85 @@ private:
     ggml_tensor *              talker_codec_embd_ = nullptr;  // C: (talker_hidden, talker_vocab)
 };
 
-// A request's code-predictor state: the frame graph (with its own compute buffer) and a small
-// persistent buffer for its inputs, the per-layer KV rows of the frame and the constant
-// positions. Sampling parameters are graph inputs, so one graph serves any of them.
+// What the code predictor needs of one request's frame, and where its codes go.
+struct cp_frame {
+    const float * talker_hidden = nullptr;  // h: talker_hidden floats
+    int32_t       code0 = 0;
+    uint64_t      frame_index = 0;
+    cp_sampling   sampling;
+    int32_t *     codes = nullptr;       // n_codes codes 1..n_codes
+    float *       next_codec = nullptr;  // null, or talker_hidden floats: C(code0) + sum_q E_q(code_q)
+};
+
+// The code-predictor state of up to `max_batch` requests: a frame graph per batch width (each
+// with its own compute buffer, built when first used) and a small persistent buffer for the
+// inputs, the per-layer KV rows of the frame and the constant positions. Sampling parameters
+// are graph inputs, so one graph serves any of them. The frames of several requests predicted
+// together (predict_batch) share every weight read, and each gets the bits it gets alone
+// (mat-vecs.h), so a request gives the same codes in a batch as alone.
 class code_predictor_state {
 public:
-    code_predictor_state(const code_predictor & model, const cpu_backend & backend, const cp_sampling & sampling = {});
+    code_predictor_state(const code_predictor & model, const cpu_backend & backend, const cp_sampling & sampling = {},
+                         int max_batch = 1);
     ~code_predictor_state();
     code_predictor_state(const code_predictor_state &) = delete;
     code_predictor_state & operator=(const code_predictor_state &) = delete;
 
+    int                 max_batch() const { return max_batch_; }
     void                set_sampling(const cp_sampling & sampling);
     const cp_sampling & sampling() const { return sampling_; }
 
     // Predicts the codes 1..n_codes of frame `frame_index` from the talker's last hidden state
-    // h (talker_hidden floats) and its code0. Writes n_codes codes; when `next_codec` is given,
-    // also the codec side of the talker's next input, C(code0) + sum_q E_q(code_q)
-    // (talker_hidden floats; the caller adds the text vector). With an enabled `dump`, writes
-    // "cp_step0_prefill_embeds" [2, talker_hidden] (before the projection) and
+    // h (talker_hidden floats) and its code0, with sampling(). Writes n_codes codes; when
+    // `next_codec` is given, also the codec side of the talker's next input, C(code0) + sum_q
+    // E_q(code_q) (talker_hidden floats; the caller adds the text vector). With an enabled
+    // `dump`, writes "cp_step0_prefill_embeds" [2, talker_hidden] (before the projection) and
     // "cp_step0_logits" [n_codes, vocab] (raw head outputs). Throws qt::error.
     // `forced` (n_codes values, for tests): feed these codes to the following steps instead of
     // the sampled ones (teacher forcing; `codes` then returns them), so that the logits of
     // every step can be compared with the reference's even where a pick differs.
     void predict(const float * talker_hidden, int32_t code0, uint64_t frame_index, int32_t * codes,
                  float * next_codec = nullptr, const stage_dumper * dump = nullptr, const int32_t * forced = nullptr);
+    // The frames of n (<= max_batch()) requests in one graph computation, each with its own
+    // sampling.
+    void predict_batch(const cp_frame * frames, int n);
 
-    // The raw logits of the last predicted frame, [n_codes][vocab] (the sampler's input).
+    // The raw logits of the last single predict(), [n_codes][vocab] (the sampler's input).
     std::vector<float> last_logits() const;
 
 private:
-    void build_graph();
+    struct frame_graph {
+        ggml_context_ptr           ctx;
+        ggml_cgraph *              graph = nullptr;
+        ggml_gallocr_ptr           alloc;
+        std::vector<ggml_tensor *> codes;           // n_codes x (width) i32
+        std::vector<ggml_tensor *> logits;          // n_codes x (vocab, width) f32
+        ggml_tensor *              prefill = nullptr;  // (talker_hidden, 2, width) f32
+        ggml_tensor *              codec = nullptr;    // (talker_hidden, width) f32
+    };
+    frame_graph & graph_for(int width);
+    void          run(const cp_frame * frames, int n, const int32_t * forced);
 
     const code_predictor & model_;
     const cpu_backend &    backend_;
     cp_sampling            sampling_;
+    int                    max_batch_;
 
     ggml_context_ptr           state_ctx_;
     ggml_backend_buffer_ptr    state_buf_;
-    std::vector<ggml_tensor *> k_rows_;  // per layer (head_dim, n_codes + 1, kv_heads)
+    std::vector<ggml_tensor *> k_rows_;  // per layer (head_dim, n_codes + 1, kv_heads, max_batch)
     std::vector<ggml_tensor *> v_rows_;
-    ggml_tensor *              in_hidden_ = nullptr;    // (talker_hidden) f32
-    ggml_tensor *              in_code0_ = nullptr;     // (1) i32
-    ggml_tensor *              in_uniform_ = nullptr;   // (n_codes) f32
-    ggml_tensor *              in_sampling_ = nullptr;  // (3) f32: temperature, top_k, top_p
-    ggml_tensor *              in_forced_ = nullptr;    // (n_codes) i32: a code to feed instead, or -1
+    ggml_tensor *              in_hidden_ = nullptr;    // (talker_hidden, max_batch) f32
+    ggml_tensor *              in_code0_ = nullptr;     // (max_batch) i32
+    ggml_tensor *              in_uniform_ = nullptr;   // (max_batch, n_codes) f32
+    ggml_tensor *              in_sampling_ = nullptr;  // (3, max_batch) f32: temperature, top_k, top_p
+    ggml_tensor *              in_forced_ = nullptr;    // (max_batch, n_codes) i32: a code to feed instead, or -1
     bool                       forcing_ = false;        // in_forced_ holds codes (else all -1)
-    ggml_tensor *              c_pos_ = nullptr;        // (n_codes + 1) i32: 0, 1, ...
-    ggml_tensor *              c_slot_ = nullptr;       // the same, i64
+    ggml_tensor *              c_pos_ = nullptr;        // i32: 0, 1 per request, then max_batch x 2, 3, ...
+    ggml_tensor *              c_slot_ = nullptr;       // (n_codes + 1) i64: 0, 1, ...
     ggml_tensor *              c_mask_ = nullptr;       // (2, 2) f16: causal mask of the prefill
 
-    ggml_context_ptr           graph_ctx_;
-    ggml_cgraph *              graph_ = nullptr;
-    ggml_gallocr_ptr           alloc_;
-    std::vector<ggml_tensor *> out_codes_;   // n_codes x (1) i32
-    std::vector<ggml_tensor *> out_logits_;  // n_codes x (vocab) f32
-    ggml_tensor *              out_prefill_ = nullptr;  // (talker_hidden, 2) f32
-    ggml_tensor *              out_codec_ = nullptr;    // (talker_hidden) f32
+    std::vector<std::unique_ptr<frame_graph>> graphs_;  // by width - 1
 };
 
 } // namespace qt

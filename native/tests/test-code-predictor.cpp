@@ -305,6 +305,51 @@ void test_sampling(const std::string & ref, loaded_model & m, const qt::cpu_back
 
 // ---- bench -----------------------------------------------------------------------------------
 
+// Frames of several requests predicted together (predict_batch, in groups of changing width,
+// each with its own sampling, seed, frame index, hidden state and code0) give the codes and next
+// talker inputs each gets alone, bit for bit.
+void test_batch(const std::string & ref, loaded_model & m, const qt::cpu_backend & backend, const std::string & types) {
+    const qt::code_predictor_hparams & hp = m.cp.hparams();
+    const test::npy_array pre = test::npy_read(ref + "/xvec_cp_step0_prefill_embeds.npy");
+    const test::npy_array codes = test::npy_read(ref + "/xvec_codes.npy");
+    const int n_requests = 4;
+    std::vector<std::vector<float>> hidden(n_requests);
+    std::vector<qt::cp_sampling>    sampling(n_requests);
+    for (int r = 0; r < n_requests; ++r) {
+        hidden[size_t(r)].assign(pre.f32.begin(), pre.f32.begin() + hp.talker_hidden);
+        for (int64_t c = 0; c < hp.talker_hidden; ++c) {
+            hidden[size_t(r)][size_t(c)] += 0.1f * float(r) * float(qt::rng_uniform(3, uint64_t(r), uint64_t(c)) - 0.5);
+        }
+        sampling[size_t(r)].seed = 17 + uint64_t(r);
+        sampling[size_t(r)].temperature = r == 3 ? 0.0f : 0.6f + 0.2f * float(r);
+        sampling[size_t(r)].top_k = r == 1 ? 0 : 50;
+    }
+    const int32_t code0_at[n_requests] = { codes.i32[0], codes.i32[16], codes.i32[32], codes.i32[0] };
+    qt::code_predictor_state together(m.cp, backend, {}, n_requests);
+    qt::code_predictor_state alone(m.cp, backend);
+    bool same = true;
+    const std::vector<std::vector<int>> groups = { { 0, 1, 2, 3 }, { 2, 0 }, { 3 }, { 1, 3, 0 } };
+    for (size_t g = 0; g < groups.size(); ++g) {
+        const std::vector<int> & group = groups[g];
+        const size_t n = group.size();
+        std::vector<int32_t> got(n * size_t(hp.n_codes)), want(n * size_t(hp.n_codes));
+        std::vector<float>   got_codec(n * size_t(hp.talker_hidden)), want_codec(n * size_t(hp.talker_hidden));
+        std::vector<qt::cp_frame> frames(n);
+        for (size_t i = 0; i < n; ++i) {
+            const int r = group[i];
+            frames[i] = { hidden[size_t(r)].data(), code0_at[r], uint64_t(g * 3 + size_t(r)), sampling[size_t(r)],
+                          &got[i * size_t(hp.n_codes)], &got_codec[i * size_t(hp.talker_hidden)] };
+            alone.set_sampling(sampling[size_t(r)]);
+            alone.predict(frames[i].talker_hidden, frames[i].code0, frames[i].frame_index, &want[i * size_t(hp.n_codes)],
+                          &want_codec[i * size_t(hp.talker_hidden)]);
+        }
+        together.predict_batch(frames.data(), int(n));
+        same = same && got == want && got_codec == want_codec;
+    }
+    check(same, "%s: frames of 4 requests predicted together (groups of 4, 2, 1, 3) give the codes and talker inputs "
+                "each gets alone", types.c_str());
+}
+
 int bench(const std::string & path, int n_frames, int n_threads) {
     qt::cpu_backend backend(n_threads);
     auto ms_since = [](std::chrono::steady_clock::time_point t) {
@@ -375,9 +420,11 @@ int main(int argc, char ** argv) {
             run_mode(ref, mode, *m, backend, true);
         }
         test_sampling(ref, *m, backend);
+        test_batch(ref, *m, backend, type_name_of(*m));
         for (int i = 3; i < argc; ++i) {
             auto q = load(argv[i], backend);
             const std::string types = type_name_of(*q);
+            test_batch(ref, *q, backend, types);
             for (const char * mode : { "xvec", "icl" }) {
                 const mode_result r = run_mode(ref, mode, *q, backend, false);
                 test::check_conversion(argv[i], types, mode, { r.min_row_cos, r.same_codes, r.n_codes },
