@@ -7,6 +7,7 @@ import numpy.typing as npt
 __version__: str
 ABI_VERSION: int
 ABI_MIN_VERSION: int
+MAX_BATCH: int
 STATUS_INVALID_PARAMS: int
 STATUS_INVALID_MODE: int
 STATUS_FAILED: int
@@ -48,6 +49,15 @@ class Context:
         """(codes [frames, 16], pcm [frames * samples_per_frame], reached_eos). on_chunk(first_frame,
         codes, pcm) streams the audio as it is decoded (False or an exception cancels; the exception
         is raised here). The GIL is released while computing."""
+    def synthesize_batch(self, requests: list[tuple[npt.NDArray[np.int32], int, int]],
+                         speaker_embedding: npt.NDArray[np.float32], ref_codes: npt.NDArray[np.int32] | None = None,
+                         ref_text_ids: npt.NDArray[np.int32] | None = None, language: str = "auto",
+                         talker_sampling: dict[str, float] = ..., predictor_sampling: dict[str, float] = ...,
+                         max_batch: int = 4,
+                         on_chunk: Callable[[int, int, npt.NDArray[np.int32], npt.NDArray[np.float32]], bool | None]
+                         | None = None,
+                         cancel_flag: CancelFlag | None = None,
+                         ) -> list[tuple[npt.NDArray[np.int32], npt.NDArray[np.float32], bool]]: ...
     def decode(self, codes: npt.NDArray[np.int32], chunk_frames: int = 0) -> npt.NDArray[np.float32]: ...
     def cancel(self) -> None: ...
     def forget_prompts(self) -> None: ...

@@ -48,12 +48,15 @@
 #    define QT_API
 #endif
 
-#define QT_ABI_VERSION     4
+#define QT_ABI_VERSION     5
 /* Version 3 added audio: qt_init_params.codec_chunk_sec, the audio fields of qt_chunk and
  * qt_tts_result (so their size changed) and qt_decode. Callers built for 1 or 2 are refused.
  * Version 4 added qt_init_params.share_cores at the end of the struct; a version 3 caller gets
- * its default (on). */
+ * its default (on). Version 5 added qt_synthesize_batch (no struct changed). */
 #define QT_ABI_MIN_VERSION 3
+
+/* Most requests qt_synthesize_batch runs side by side. */
+#define QT_MAX_BATCH 16
 
 /* Width of a buffered decode chunk when qt_init_params.codec_chunk_sec <= 0, in seconds. */
 #define QT_DEFAULT_CODEC_CHUNK_SEC 2.0f
@@ -263,6 +266,19 @@ QT_API int32_t qt_default_max_frames(int32_t n_text_ids);
  * QT_STATUS_CANCELLED when the cancel callback asked for it (nothing is kept; the context stays
  * usable); QT_STATUS_OUT_OF_MEMORY or QT_STATUS_FAILED otherwise. On error `out` is zeroed. */
 QT_API qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_result * out);
+
+/* Several requests (the segments of a long text, say) generated side by side, up to max_batch
+ * (1 to QT_MAX_BATCH) at a time: each frame step runs the talker and the code predictor once for
+ * all of them, so they share every weight read, and when one ends the next one starts in its
+ * place, in order. Each request's codes and audio equal what qt_synthesize() gives for the same
+ * params, bit for bit; only the time differs. Each request streams to its own chunk_callback
+ * (chunks of different requests interleave); a chunk callback that returns false ends its own
+ * request there (its result keeps the frames up to that chunk, reached_eos false), while any
+ * request's cancel_callback cancels the whole call. Returns QT_STATUS_OK with out[0 ..
+ * n_requests) filled (free each with qt_tts_result_free); on error every out[i] is zeroed and
+ * qt_last_error() names the request at fault. */
+QT_API qt_status qt_synthesize_batch(qt_context * ctx, const qt_tts_params * params, int32_t n_requests,
+                                     int32_t max_batch, qt_tts_result * out);
 
 /* Releases what qt_synthesize() allocated and zeroes the struct. NULL is a no-op. */
 QT_API void qt_tts_result_free(qt_tts_result * result);

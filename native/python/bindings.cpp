@@ -237,6 +237,136 @@ public:
         return py::make_tuple(codes, pcm, eos);
     }
 
+    // Several texts in one voice, up to max_batch generating side by side (qt_synthesize_batch).
+    // `requests`: (text_ids, seed, max_frames) each. Returns [(codes, pcm, reached_eos)]
+    // in order, each equal to what synthesize() gives that request. on_chunk(index, first_frame,
+    // codes, pcm) runs with the GIL taken; returning False ends request `index` there (stopped);
+    // an exception in it cancels the call and is raised afterwards. Cancellable as synthesize().
+    py::list synthesize_batch(py::list requests,
+                              py::array_t<float, py::array::c_style | py::array::forcecast> speaker_embedding,
+                              std::optional<py::array_t<int32_t, py::array::c_style | py::array::forcecast>> ref_codes,
+                              std::optional<py::array_t<int32_t, py::array::c_style | py::array::forcecast>> ref_text_ids,
+                              const std::string & language, py::dict talker_sampling, py::dict predictor_sampling,
+                              int32_t max_batch, std::optional<py::function> on_chunk, std::shared_ptr<cancel_flag> flag) {
+        qt_context * ctx = checked();
+        if (speaker_embedding.ndim() != 1) {
+            throw py::value_error("speaker_embedding must be 1-D");
+        }
+        const size_t n = requests.size();
+        if (n == 0) {
+            return py::list();
+        }
+        qt_voice_ref voice{};
+        voice.speaker_embedding = const_cast<float *>(speaker_embedding.data());
+        voice.n_embd = int32_t(speaker_embedding.shape(0));
+        qt_tts_params common = qt_tts_default_params();
+        common.voice = &voice;
+        if (ref_codes && ref_text_ids) {
+            if (ref_codes->ndim() != 2 || ref_text_ids->ndim() != 1) {
+                throw py::value_error("ref_codes must be [frames, codebooks] and ref_text_ids 1-D");
+            }
+            voice.codes = const_cast<int32_t *>(ref_codes->data());
+            voice.n_frames = int32_t(ref_codes->shape(0));
+            voice.n_codebooks = int32_t(ref_codes->shape(1));
+            common.ref_text_ids = ref_text_ids->data();
+            common.n_ref_text_ids = int32_t(ref_text_ids->shape(0));
+            common.mode = QT_CLONE_IN_CONTEXT;
+        }
+        common.language = language.c_str();
+        read_sampling(talker_sampling, common.talker_sampling);
+        read_sampling(predictor_sampling, common.predictor_sampling);
+
+        struct shared_state {
+            std::atomic<bool> *                  context;
+            cancel_flag *                        request;
+            py::function                         fn;
+            std::optional<py::error_already_set> error;
+            std::atomic<bool>                    failed{ false };
+        } shared{ &cancel_requested_, flag.get(), {}, {}, {} };
+        struct per_request {
+            shared_state * shared;
+            int32_t        index;
+        };
+        cancel_requested_ = false;
+        std::vector<py::array_t<int32_t, py::array::c_style | py::array::forcecast>> ids;
+        std::vector<per_request> targets(n);
+        std::vector<qt_tts_params> params(n, common);
+        if (on_chunk) {
+            shared.fn = *on_chunk;
+        }
+        for (size_t i = 0; i < n; ++i) {
+            py::tuple r = requests[i].cast<py::tuple>();
+            if (r.size() != 3) {
+                throw py::value_error("each request is (text_ids, seed, max_frames)");
+            }
+            ids.push_back(r[0].cast<py::array_t<int32_t, py::array::c_style | py::array::forcecast>>());
+            if (ids.back().ndim() != 1) {
+                throw py::value_error("text_ids must be 1-D");
+            }
+            qt_tts_params & p = params[i];
+            p.text_ids = ids.back().data();
+            p.n_text_ids = int32_t(ids.back().shape(0));
+            p.seed = r[1].cast<uint64_t>();
+            p.max_frames = r[2].cast<int32_t>();
+            targets[i] = { &shared, int32_t(i) };
+            p.cancel_callback = [](void * user) {
+                const auto * c = static_cast<const per_request *>(user)->shared;
+                return c->failed.load() || c->context->load() || (c->request && c->request->value.load());
+            };
+            p.cancel_callback_user_data = &targets[i];
+            if (on_chunk) {
+                p.chunk_callback = [](const qt_chunk * chunk, void * user) {
+                    auto * t = static_cast<per_request *>(user);
+                    py::gil_scoped_acquire gil;
+                    try {
+                        py::array_t<int32_t> codes({ chunk->n_frames, chunk->n_codebooks }, chunk->codes);
+                        py::array_t<float> pcm(chunk->n_samples, chunk->pcm);
+                        py::object keep = t->shared->fn(t->index, chunk->first_frame, codes, pcm);
+                        return keep.is_none() || keep.cast<bool>();
+                    } catch (py::error_already_set & e) {
+                        t->shared->error = std::move(e);
+                    } catch (const std::exception & e) {
+                        PyErr_SetString(PyExc_TypeError, e.what());
+                        t->shared->error = py::error_already_set();
+                    }
+                    t->shared->failed = true;  // cancels the whole call
+                    return false;
+                };
+                p.chunk_callback_user_data = &targets[i];
+            }
+        }
+        std::vector<qt_tts_result> res(n);
+        int status;
+        {
+            py::gil_scoped_release release;
+            status = qt_synthesize_batch(ctx, params.data(), int32_t(n), max_batch, res.data());
+        }
+        if (shared.error) {
+            if (status == QT_STATUS_OK) {
+                for (qt_tts_result & r : res) {
+                    qt_tts_result_free(&r);
+                }
+            }
+            shared.error->restore();
+            throw py::error_already_set();
+        }
+        if (status != QT_STATUS_OK) {
+            raise_status(status, qt_last_error());
+        }
+        py::list out;
+        for (qt_tts_result & r : res) {
+            py::array_t<int32_t> codes({ r.n_frames, r.n_codebooks });
+            std::memcpy(codes.mutable_data(), r.codes, sizeof(int32_t) * size_t(r.n_frames) * size_t(r.n_codebooks));
+            py::array_t<float> pcm(py::ssize_t(r.n_samples));
+            if (r.n_samples > 0) {
+                std::memcpy(pcm.mutable_data(), r.pcm, sizeof(float) * size_t(r.n_samples));
+            }
+            out.append(py::make_tuple(codes, pcm, bool(r.reached_eos)));
+            qt_tts_result_free(&r);
+        }
+        return out;
+    }
+
     // Audio of codec codes int32 [frames, n_codebooks] (float32 [frames * samples_per_frame]).
     py::array_t<float> decode(py::array_t<int32_t, py::array::c_style | py::array::forcecast> codes,
                               int32_t chunk_frames) {
@@ -335,6 +465,7 @@ PYBIND11_MODULE(_engine, m) {
 
     m.attr("__version__") = VOCABLE_VERSION;
     m.attr("ABI_VERSION") = QT_ABI_VERSION;
+    m.attr("MAX_BATCH") = QT_MAX_BATCH;
     m.attr("ABI_MIN_VERSION") = QT_ABI_MIN_VERSION;
     m.attr("STATUS_INVALID_PARAMS") = int(QT_STATUS_INVALID_PARAMS);
     m.attr("STATUS_INVALID_MODE") = int(QT_STATUS_INVALID_MODE);
@@ -372,8 +503,13 @@ PYBIND11_MODULE(_engine, m) {
              py::arg("ref_codes") = py::none(), py::arg("ref_text_ids") = py::none(), py::arg("language") = "auto",
              py::arg("talker_sampling") = py::dict(), py::arg("predictor_sampling") = py::dict(), py::arg("seed") = 0,
              py::arg("max_frames") = 0, py::arg("on_chunk") = py::none(), py::arg("cancel_flag") = py::none())
+        .def("synthesize_batch", &engine_context::synthesize_batch, py::arg("requests"), py::arg("speaker_embedding"),
+             py::arg("ref_codes") = py::none(), py::arg("ref_text_ids") = py::none(), py::arg("language") = "auto",
+             py::arg("talker_sampling") = py::dict(), py::arg("predictor_sampling") = py::dict(),
+             py::arg("max_batch") = 4, py::arg("on_chunk") = py::none(), py::arg("cancel_flag") = py::none())
         .def("decode", &engine_context::decode, py::arg("codes"), py::arg("chunk_frames") = 0)
-        .def("cancel", &engine_context::cancel, "Asks a running synthesize() on another thread to stop.")
+        .def("cancel", &engine_context::cancel, "Asks a running synthesize() or synthesize_batch() on another thread "
+                                                "to stop.")
         .def("forget_prompts", &engine_context::forget_prompts, "Drops the cached talker prefills.");
     m.def("default_max_frames", &qt_default_max_frames, py::arg("n_text_ids"));
 }

@@ -338,14 +338,11 @@ int32_t qt_default_max_frames(int32_t n_text_ids) {
     return int32_t(std::min<int64_t>(frames, k_max_frames));
 }
 
-qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_result * out) {
-    if (out) {
-        memset(out, 0, sizeof(*out));
-    }
-    if (!ctx || !params || !out) {
-        qt::set_last_error("qt_synthesize: NULL argument");
-        return QT_STATUS_INVALID_PARAMS;
-    }
+namespace {
+
+// Checks one request's parameters and fills `req` (its text, voice, sampling and callbacks
+// point into `params`, which must outlive it). Sets the last error when the request is refused.
+qt_status make_request(const qt_context * ctx, const qt_tts_params * params, qt::synthesis_request & req) {
     if (!abi_in_range(params->abi_version)) {
         return reject_abi("qt_tts_params", params->abi_version);
     }
@@ -401,61 +398,52 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
         language_id = ctx->prompts.language_ids()[size_t(it - ctx->language_names.begin())];
     }
 
-    qt::log_scope scope(ctx->log);
-    qt::synthesis_result result;
-    const qt_status status = guarded([&] {
-        qt::synthesis_request req;
-        req.prompt.text_ids = params->text_ids;
-        req.prompt.n_text_ids = params->text_ids ? params->n_text_ids : 0;
-        req.prompt.ref_ids = params->ref_text_ids;
-        req.prompt.n_ref_ids = params->ref_text_ids ? params->n_ref_text_ids : 0;
-        req.prompt.speaker = params->voice->speaker_embedding;
-        req.prompt.ref_codes = params->voice->codes;
-        req.prompt.n_ref_frames = params->voice->codes ? params->voice->n_frames : 0;
-        req.prompt.language_id = language_id;
-        req.prompt.in_context = in_context;
-        const qt_sampling & ts = params->talker_sampling;
-        req.talker.temperature = ts.temperature;
-        req.talker.top_k = ts.top_k;
-        req.talker.top_p = ts.top_p;
-        req.talker.repetition_penalty = ts.repetition_penalty;
-        req.talker.eos_id = ctx->eos_id;
-        req.talker.suppress_begin = ctx->talker.hparams().vocab - 1024;  // the control ids, as the reference
-        req.talker.suppress_end = ctx->talker.hparams().vocab;
-        req.talker.seed = params->seed;
-        const qt_sampling & ps = params->predictor_sampling;
-        req.predictor.temperature = ps.temperature;
-        req.predictor.top_k = ps.top_k;
-        req.predictor.top_p = ps.top_p;
-        req.predictor.seed = params->seed;
-        req.max_frames = params->max_frames > 0 ? params->max_frames : qt_default_max_frames(params->n_text_ids);
-        if (params->cancel_callback) {
-            req.cancelled = [params] { return params->cancel_callback(params->cancel_callback_user_data); };
-        }
-        req.chunk_frames = ctx->info.codec_chunk_frames;
-        if (params->chunk_callback) {
-            const int32_t n_books = ctx->info.n_codebooks;
-            req.on_chunk = [params, n_books](const int32_t * codes, int64_t n_frames, int64_t first_frame,
-                                             const float * pcm, int64_t n_samples, int64_t first_sample) {
-                const qt_chunk chunk = { codes, int32_t(n_frames), n_books, int32_t(first_frame),
-                                         pcm,   int32_t(n_samples), first_sample };
-                return params->chunk_callback(&chunk, params->chunk_callback_user_data);
-            };
-        }
-        if (in_context) {
-            req.prime_codes = params->voice->codes;
-            req.n_prime_frames = params->voice->n_frames;
-        }
-        if (!ctx->predictor_state) {
-            ctx->predictor_state = std::make_unique<qt::code_predictor_state>(ctx->predictor, *ctx->backend);
-        }
-        result = qt::synthesize(*ctx->backend, ctx->dumper,
-                                { ctx->talker, ctx->prompts, *ctx->predictor_state, ctx->codec_dec, &ctx->prefills },
-                                req);
-    });
-    if (status != QT_STATUS_OK) {
-        return status;
+    req.prompt.text_ids = params->text_ids;
+    req.prompt.n_text_ids = params->text_ids ? params->n_text_ids : 0;
+    req.prompt.ref_ids = params->ref_text_ids;
+    req.prompt.n_ref_ids = params->ref_text_ids ? params->n_ref_text_ids : 0;
+    req.prompt.speaker = params->voice->speaker_embedding;
+    req.prompt.ref_codes = params->voice->codes;
+    req.prompt.n_ref_frames = params->voice->codes ? params->voice->n_frames : 0;
+    req.prompt.language_id = language_id;
+    req.prompt.in_context = in_context;
+    const qt_sampling & ts = params->talker_sampling;
+    req.talker.temperature = ts.temperature;
+    req.talker.top_k = ts.top_k;
+    req.talker.top_p = ts.top_p;
+    req.talker.repetition_penalty = ts.repetition_penalty;
+    req.talker.eos_id = ctx->eos_id;
+    req.talker.suppress_begin = ctx->talker.hparams().vocab - 1024;  // the control ids, as the reference
+    req.talker.suppress_end = ctx->talker.hparams().vocab;
+    req.talker.seed = params->seed;
+    const qt_sampling & ps = params->predictor_sampling;
+    req.predictor.temperature = ps.temperature;
+    req.predictor.top_k = ps.top_k;
+    req.predictor.top_p = ps.top_p;
+    req.predictor.seed = params->seed;
+    req.max_frames = params->max_frames > 0 ? params->max_frames : qt_default_max_frames(params->n_text_ids);
+    if (params->cancel_callback) {
+        req.cancelled = [params] { return params->cancel_callback(params->cancel_callback_user_data); };
     }
+    req.chunk_frames = ctx->info.codec_chunk_frames;
+    if (params->chunk_callback) {
+        const int32_t n_books = ctx->info.n_codebooks;
+        req.on_chunk = [params, n_books](const int32_t * codes, int64_t n_frames, int64_t first_frame, const float * pcm,
+                                         int64_t n_samples, int64_t first_sample) {
+            const qt_chunk chunk = { codes, int32_t(n_frames), n_books, int32_t(first_frame),
+                                     pcm,   int32_t(n_samples), first_sample };
+            return params->chunk_callback(&chunk, params->chunk_callback_user_data);
+        };
+    }
+    if (in_context) {
+        req.prime_codes = params->voice->codes;
+        req.n_prime_frames = params->voice->n_frames;
+    }
+    return QT_STATUS_OK;
+}
+
+// Hands a result over to the caller's struct (malloc'd, for qt_tts_result_free).
+qt_status copy_result(const qt::synthesis_result & result, qt_tts_result * out) {
     out->n_frames = int32_t(result.n_frames);
     out->n_codebooks = result.n_codebooks;
     out->reached_eos = result.reached_eos;
@@ -474,6 +462,86 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
         return QT_STATUS_OUT_OF_MEMORY;
     }
     out->n_samples = int64_t(result.pcm.size());
+    return QT_STATUS_OK;
+}
+
+// The context's code predictor state, for batches of up to `max_batch` requests.
+qt::code_predictor_state & predictor_for(qt_context * ctx, int max_batch) {
+    if (!ctx->predictor_state || ctx->predictor_state->max_batch() < max_batch) {
+        ctx->predictor_state.reset();  // before the next is built: not both in memory
+        ctx->predictor_state = std::make_unique<qt::code_predictor_state>(ctx->predictor, *ctx->backend,
+                                                                          qt::cp_sampling{}, max_batch);
+    }
+    return *ctx->predictor_state;
+}
+
+} // namespace
+
+qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_result * out) {
+    if (out) {
+        memset(out, 0, sizeof(*out));
+    }
+    if (!ctx || !params || !out) {
+        qt::set_last_error("qt_synthesize: NULL argument");
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    qt::synthesis_request req;
+    if (const qt_status status = make_request(ctx, params, req); status != QT_STATUS_OK) {
+        return status;
+    }
+    qt::log_scope scope(ctx->log);
+    qt::synthesis_result result;
+    const qt_status status = guarded([&] {
+        result = qt::synthesize(*ctx->backend, ctx->dumper,
+                                { ctx->talker, ctx->prompts, predictor_for(ctx, 1), ctx->codec_dec, &ctx->prefills },
+                                req);
+    });
+    if (status != QT_STATUS_OK) {
+        return status;
+    }
+    return copy_result(result, out);
+}
+
+qt_status qt_synthesize_batch(qt_context * ctx, const qt_tts_params * params, int32_t n_requests, int32_t max_batch,
+                              qt_tts_result * out) {
+    if (out && n_requests > 0) {
+        memset(out, 0, sizeof(*out) * size_t(n_requests));
+    }
+    if (!ctx || !params || !out) {
+        qt::set_last_error("qt_synthesize_batch: NULL argument");
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    if (n_requests < 1 || max_batch < 1 || max_batch > QT_MAX_BATCH) {
+        qt::set_last_error(qt::format("qt_synthesize_batch: %d requests, %d at a time (at least 1 request; 1 to %d at "
+                                      "a time)", n_requests, max_batch, QT_MAX_BATCH));
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    std::vector<qt::synthesis_request> reqs(static_cast<size_t>(n_requests));
+    for (int32_t i = 0; i < n_requests; ++i) {
+        if (const qt_status status = make_request(ctx, &params[i], reqs[size_t(i)]); status != QT_STATUS_OK) {
+            qt::set_last_error(qt::format("request %d: %s", i, qt_last_error()));
+            return status;
+        }
+    }
+    qt::log_scope scope(ctx->log);
+    std::vector<qt::synthesis_result> results;
+    const qt_status status = guarded([&] {
+        const int width = std::min(max_batch, n_requests);
+        results = qt::synthesize_batch(
+            *ctx->backend, { ctx->talker, ctx->prompts, predictor_for(ctx, width), ctx->codec_dec, &ctx->prefills },
+            reqs, width);
+    });
+    if (status != QT_STATUS_OK) {
+        return status;
+    }
+    for (int32_t i = 0; i < n_requests; ++i) {
+        if (const qt_status copied = copy_result(results[size_t(i)], &out[i]); copied != QT_STATUS_OK) {
+            for (int32_t j = 0; j < i; ++j) {
+                qt_tts_result_free(&out[j]);
+            }
+            return copied;
+        }
+    }
     return QT_STATUS_OK;
 }
 

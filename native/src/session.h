@@ -28,7 +28,8 @@ struct synthesis_request {
     // Widest decode chunk. With on_chunk (streaming) chunks grow 1, 2, 4, ... frames up to it;
     // without, every chunk but the last has this width.
     int64_t               chunk_frames = 1;
-    // Receives each decoded chunk: its frames' codes and audio; false cancels.
+    // Receives each decoded chunk: its frames' codes and audio; false cancels (synthesize) or
+    // ends this request where it is (synthesize_batch).
     std::function<bool(const int32_t * codes, int64_t n_frames, int64_t first_frame, const float * pcm,
                        int64_t n_samples, int64_t first_sample)> on_chunk;
     // In-context mode: the reference codes the audio continues (the decoder is primed with them).
@@ -42,6 +43,7 @@ struct synthesis_result {
     std::vector<float>   pcm;    // n_frames * frame_samples samples
     int                  n_codebooks = 0;
     bool                 reached_eos = false;
+    bool                 stopped = false;  // on_chunk ended it (synthesize_batch)
 };
 
 // The talker's recent prefills, the most recently computed first. A request whose prompt is one
@@ -66,8 +68,9 @@ private:
     std::list<talker_prefix> entries_;
 };
 
-// The loaded components, and the code predictor's frame graph, which the context builds once
-// and reuses for every request (its sampling parameters are graph inputs).
+// The loaded components, and the code predictor's frame graphs, which the context builds once
+// and reuses for every request (its sampling parameters are graph inputs); for a batch its
+// max_batch() bounds how many requests run side by side.
 struct synthesis_models {
     const talker &         talker_model;
     const prompt_builder & prompts;
@@ -81,5 +84,15 @@ struct synthesis_models {
 // chunk's stages.
 synthesis_result synthesize(const cpu_backend & backend, const stage_dumper & dumper, const synthesis_models & models,
                             const synthesis_request & req);
+
+// Several requests, up to `max_batch` (at most models.predictor.max_batch()) generating side by
+// side: each frame step runs the talker and the code predictor once for all of them, sharing
+// every weight read, and a request that ends makes room for the next one, in order. Each
+// request's codes and audio are exactly what synthesize() gives it alone (its own seed,
+// sampling, frame cap and decode chunks); only the time differs. An on_chunk that returns false
+// ends its own request there (stopped); `cancelled` of any request cancels them all. Throws
+// qt::error.
+std::vector<synthesis_result> synthesize_batch(const cpu_backend & backend, const synthesis_models & models,
+                                               const std::vector<synthesis_request> & requests, int max_batch);
 
 } // namespace qt
