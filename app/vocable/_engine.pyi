@@ -54,7 +54,8 @@ class Context:
                          ref_text_ids: npt.NDArray[np.int32] | None = None, language: str = "auto",
                          talker_sampling: dict[str, float] = ..., predictor_sampling: dict[str, float] = ...,
                          max_batch: int = 4,
-                         on_chunk: Callable[[int, int, npt.NDArray[np.int32], npt.NDArray[np.float32]], bool | None]
+                         on_chunk: Callable[[int, int, npt.NDArray[np.int32], npt.NDArray[np.float32], bool],
+                                            bool | None]
                          | None = None,
                          cancel_flag: CancelFlag | None = None,
                          ) -> list[tuple[npt.NDArray[np.int32], npt.NDArray[np.float32], bool]]: ...

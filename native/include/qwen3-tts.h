@@ -52,7 +52,8 @@
 /* Version 3 added audio: qt_init_params.codec_chunk_sec, the audio fields of qt_chunk and
  * qt_tts_result (so their size changed) and qt_decode. Callers built for 1 or 2 are refused.
  * Version 4 added qt_init_params.share_cores at the end of the struct; a version 3 caller gets
- * its default (on). Version 5 added qt_synthesize_batch (no struct changed). */
+ * its default (on). Version 5 added qt_synthesize_batch and qt_chunk.last at the end of the
+ * struct (which the library fills and older callers do not read). */
 #define QT_ABI_MIN_VERSION 3
 
 /* Most requests qt_synthesize_batch runs side by side. */
@@ -156,12 +157,14 @@ typedef struct qt_chunk {
     const float *   pcm;          /* [n_samples] mono at the model's sample rate: these frames' audio */
     int32_t         n_samples;    /* n_frames * samples_per_frame */
     int64_t         first_sample; /* index of pcm[0] in the whole result's audio */
+    bool            last;         /* the request's last chunk (ABI 5; see qt_synthesize_batch) */
 } qt_chunk;
 
 /* Streaming: called as audio is decoded during generation. The first chunk holds the first
  * frame; each next one twice as many frames as the one before, up to codec_chunk_frames; the
- * last holds what remains. Joined, the chunks equal qt_tts_result.pcm. Return false to cancel
- * (QT_STATUS_CANCELLED). */
+ * last holds what remains. Joined, the chunks equal qt_tts_result.pcm. `last` marks the final
+ * chunk where the end is known when it is decoded (the frame cap; an EOS after frames still
+ * pending); qt_synthesize's return marks it always. Return false to cancel (QT_STATUS_CANCELLED). */
 typedef bool (*qt_chunk_callback)(const qt_chunk * chunk, void * user_data);
 
 typedef struct qt_tts_params {
@@ -272,7 +275,8 @@ QT_API qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, q
  * all of them, so they share every weight read, and when one ends the next one starts in its
  * place, in order. Each request's codes and audio equal what qt_synthesize() gives for the same
  * params, bit for bit; only the time differs. Each request streams to its own chunk_callback
- * (chunks of different requests interleave); a chunk callback that returns false ends its own
+ * (chunks of different requests interleave) and always ends with a chunk that has `last` set,
+ * which holds no frames where none remained; a chunk callback that returns false ends its own
  * request there (its result keeps the frames up to that chunk, reached_eos false), while any
  * request's cancel_callback cancels the whole call. Returns QT_STATUS_OK with out[0 ..
  * n_requests) filled (free each with qt_tts_result_free); on error every out[i] is zeroed and

@@ -240,7 +240,8 @@ public:
     // Several texts in one voice, up to max_batch generating side by side (qt_synthesize_batch).
     // `requests`: (text_ids, seed, max_frames) each. Returns [(codes, pcm, reached_eos)]
     // in order, each equal to what synthesize() gives that request. on_chunk(index, first_frame,
-    // codes, pcm) runs with the GIL taken; returning False ends request `index` there (stopped);
+    // codes, pcm, last) runs with the GIL taken (`last`: request `index` ends with this chunk,
+    // which may hold no frames); returning False ends request `index` there (stopped);
     // an exception in it cancels the call and is raised afterwards. Cancellable as synthesize().
     py::list synthesize_batch(py::list requests,
                               py::array_t<float, py::array::c_style | py::array::forcecast> speaker_embedding,
@@ -321,7 +322,7 @@ public:
                     try {
                         py::array_t<int32_t> codes({ chunk->n_frames, chunk->n_codebooks }, chunk->codes);
                         py::array_t<float> pcm(chunk->n_samples, chunk->pcm);
-                        py::object keep = t->shared->fn(t->index, chunk->first_frame, codes, pcm);
+                        py::object keep = t->shared->fn(t->index, chunk->first_frame, codes, pcm, chunk->last);
                         return keep.is_none() || keep.cast<bool>();
                     } catch (py::error_already_set & e) {
                         t->shared->error = std::move(e);

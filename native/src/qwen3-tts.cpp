@@ -429,9 +429,9 @@ qt_status make_request(const qt_context * ctx, const qt_tts_params * params, qt:
     if (params->chunk_callback) {
         const int32_t n_books = ctx->info.n_codebooks;
         req.on_chunk = [params, n_books](const int32_t * codes, int64_t n_frames, int64_t first_frame, const float * pcm,
-                                         int64_t n_samples, int64_t first_sample) {
+                                         int64_t n_samples, int64_t first_sample, bool last) {
             const qt_chunk chunk = { codes, int32_t(n_frames), n_books, int32_t(first_frame),
-                                     pcm,   int32_t(n_samples), first_sample };
+                                     pcm,   int32_t(n_samples), first_sample, last };
             return params->chunk_callback(&chunk, params->chunk_callback_user_data);
         };
     }

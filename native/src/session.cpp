@@ -69,6 +69,7 @@ struct track {
     int64_t                   frame = 0;  // the next frame's index
     int64_t                   decoded = 0, next_width = 1, n_chunks = 0;
     bool                      ended = false;
+    bool                      sent_last = false;  // its on_chunk has had the last chunk
     std::vector<int32_t>      codes;       // the frame being predicted
     std::vector<float>        codec_side;  // its codec-side vector for the next talker input
     // timings of a lone request (ms)
@@ -152,25 +153,29 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
         t->codec_side.assign(size_t(H), 0.0f);
         slots[size_t(seq)] = std::move(t);
     };
-    // Decodes the pending frames once there are next_width of them, or all at the end. False:
-    // the request's on_chunk asked to end it.
+    // Decodes the pending frames once there are next_width of them, or all of them when `last`
+    // (the request ends with them). False: the request's on_chunk asked to end it.
     auto flush = [&](track & t, bool last) {
         synthesis_result & r = t.result;
         const int64_t pending = r.n_frames - t.decoded;
-        if (pending == 0 || (!last && pending < t.next_width)) {
+        if (!last && pending < t.next_width) {
             return true;
         }
-        const auto               td = clock::now();
-        const int32_t *          codes = r.codes.data() + t.decoded * n_books;
-        const std::vector<float> pcm = t.audio->decode(backend, dumper, codes, pending);
+        if (pending == 0 && (!batch || t.sent_last)) {
+            return true;  // a lone request's return marks its end
+        }
+        const auto      td = clock::now();
+        const int32_t * codes = r.codes.data() + t.decoded * n_books;
+        const std::vector<float> pcm = pending > 0 ? t.audio->decode(backend, dumper, codes, pending) : std::vector<float>();
         t.t_decode += ms_since(td);
         r.pcm.insert(r.pcm.end(), pcm.begin(), pcm.end());
-        if (t.n_chunks++ == 0) {
+        if (pending > 0 && t.n_chunks++ == 0) {
             t.t_first_audio = ms_since(t_start);
         }
+        t.sent_last = last;
         const synthesis_request & req = *t.req;
         const bool go_on = !req.on_chunk || req.on_chunk(codes, pending, t.decoded, pcm.data(), int64_t(pcm.size()),
-                                                         t.decoded * frame_samples);
+                                                         t.decoded * frame_samples, last);
         t.decoded += pending;
         if (req.on_chunk) {
             t.next_width = std::min(t.next_width * 2, std::max<int64_t>(req.chunk_frames, 1));
@@ -280,13 +285,14 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
                 t.t_first_frame = ms_since(t_start) - t.t_start_ms + t.t_prompt;
             }
             ++t.frame;
-            if (!flush(t, false)) {
+            const bool capped = t.frame == t.req->max_frames;  // no need for the talker's next step
+            if (!flush(t, capped)) {
                 r.stopped = true;
                 t.ended = true;
                 continue;
             }
-            if (t.frame == t.req->max_frames) {
-                t.ended = true;  // the cap: no need for the talker's next step
+            if (capped) {
+                t.ended = true;
                 continue;
             }
             const int64_t f = t.frame - 1;

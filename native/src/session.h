@@ -30,8 +30,10 @@ struct synthesis_request {
     int64_t               chunk_frames = 1;
     // Receives each decoded chunk: its frames' codes and audio; false cancels (synthesize) or
     // ends this request where it is (synthesize_batch).
+    // `last`: the request's final chunk (synthesize_batch ends every request with one, empty
+    // where no frames remained; synthesize only marks a final chunk that holds frames).
     std::function<bool(const int32_t * codes, int64_t n_frames, int64_t first_frame, const float * pcm,
-                       int64_t n_samples, int64_t first_sample)> on_chunk;
+                       int64_t n_samples, int64_t first_sample, bool last)> on_chunk;
     // In-context mode: the reference codes the audio continues (the decoder is primed with them).
     const int32_t *       prime_codes = nullptr;
     int64_t               n_prime_frames = 0;

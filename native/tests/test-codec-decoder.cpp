@@ -57,6 +57,8 @@ struct stream_capture {
     std::vector<int32_t> widths;
     int                  cancel_at_chunk = -1;  // return false from this chunk
     bool                 contiguous = true;
+    int                  n_last = 0;            // chunks marked last
+    bool                 after_last = false;    // a chunk came after the one marked last
 };
 
 bool on_chunk(const qt_chunk * c, void * user) {
@@ -65,6 +67,8 @@ bool on_chunk(const qt_chunk * c, void * user) {
                     c->n_samples == c->n_frames * 1920 && c->codes != nullptr;
     s->pcm.insert(s->pcm.end(), c->pcm, c->pcm + c->n_samples);
     s->widths.push_back(c->n_frames);
+    s->after_last = s->after_last || s->n_last > 0;
+    s->n_last += c->last ? 1 : 0;
     return int(s->widths.size()) - 1 != s->cancel_at_chunk;
 }
 
@@ -209,6 +213,87 @@ int main(int argc, char ** argv) {
               "%s: the context synthesizes the same audio after the cancellations", modes[m]);
         qt_tts_result_free(&again);
         qt_tts_result_free(&buffered);
+    }
+
+    // ---- several requests side by side (qt_synthesize_batch) ----
+    {
+        // both clone modes, sampled, other seeds and frame caps; each request alone first
+        struct request {
+            qt_tts_params  params;
+            stream_capture alone, batched;
+            qt_tts_result  result{};
+        };
+        std::vector<request> reqs(5);
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            qt_tts_params & tp = reqs[i].params;
+            tp = qt_tts_default_params();
+            tp.text_ids = ids.i32.data();
+            tp.n_text_ids = int32_t(ids.i32.size()) - int32_t(i % 3);
+            tp.voice = &voice;
+            tp.mode = i % 2 ? QT_CLONE_IN_CONTEXT : QT_CLONE_XVECTOR;
+            if (tp.mode == QT_CLONE_IN_CONTEXT) {
+                tp.ref_text_ids = ref_ids.i32.data();
+                tp.n_ref_text_ids = int32_t(ref_ids.i32.size());
+            }
+            tp.seed = 1000 + i;
+            tp.max_frames = int32_t(6 + 5 * i);
+            tp.talker_sampling.temperature = i == 4 ? 0.0f : 0.9f;
+            tp.chunk_callback = on_chunk;
+        }
+        reqs[2].batched.cancel_at_chunk = 1;  // ended by its own chunk callback in the batch
+        bool same = true, marked = true;
+        for (request & r : reqs) {
+            r.params.chunk_callback_user_data = &r.alone;
+            qt_tts_result alone;
+            same = same && qt_synthesize(ctx, &r.params, &alone) == QT_STATUS_OK;
+            r.result = alone;
+            r.params.chunk_callback_user_data = &r.batched;
+        }
+        std::vector<qt_tts_params> params;
+        for (const request & r : reqs) {
+            params.push_back(r.params);
+        }
+        std::vector<qt_tts_result> out(reqs.size());
+        const qt_status st = qt_synthesize_batch(ctx, params.data(), int32_t(params.size()), 3, out.data());
+        check(st == QT_STATUS_OK, "qt_synthesize_batch of 5 requests, 3 at a time: %s",
+              st == QT_STATUS_OK ? "ok" : qt_last_error());
+        for (size_t i = 0; st == QT_STATUS_OK && i < reqs.size(); ++i) {
+            request & r = reqs[i];
+            const qt_tts_result & a = r.result;
+            const qt_tts_result & b = out[i];
+            marked = marked && r.batched.n_last == (i == 2 ? 0 : 1) && !r.batched.after_last;
+            if (i == 2) {  // stopped after its second chunk: the frames of its first two
+                const int32_t kept = r.batched.widths[0] + r.batched.widths[1];
+                same = same && b.n_frames == kept && !b.reached_eos && b.n_samples == int64_t(kept) * 1920 &&
+                       std::equal(b.codes, b.codes + size_t(kept) * size_t(Q), a.codes) &&
+                       std::equal(b.pcm, b.pcm + b.n_samples, a.pcm);
+                continue;
+            }
+            same = same && a.n_frames == b.n_frames && a.reached_eos == b.reached_eos && a.n_samples == b.n_samples &&
+                   std::equal(a.codes, a.codes + size_t(a.n_frames) * size_t(Q), b.codes) &&
+                   std::equal(a.pcm, a.pcm + a.n_samples, b.pcm) && r.batched.pcm == r.alone.pcm;
+            std::vector<int32_t> widths = r.batched.widths;  // less an empty closing chunk
+            if (!widths.empty() && widths.back() == 0) {
+                widths.pop_back();
+            }
+            same = same && widths == r.alone.widths;
+        }
+        check(same, "each request of the batch has the codes, audio and chunks it has alone, bit for bit (the one "
+                    "its callback ended: the frames up to there)");
+        check(marked, "every request of the batch ends with one chunk marked last (but the one its callback ended)");
+        for (request & r : reqs) {
+            qt_tts_result_free(&r.result);
+        }
+        for (qt_tts_result & r : out) {
+            qt_tts_result_free(&r);
+        }
+        check(qt_synthesize_batch(ctx, params.data(), 0, 3, out.data()) == QT_STATUS_INVALID_PARAMS &&
+                  qt_synthesize_batch(ctx, params.data(), 2, QT_MAX_BATCH + 1, out.data()) == QT_STATUS_INVALID_PARAMS,
+              "no requests, or too many at a time, are refused: %s", qt_last_error());
+        params[1].voice = nullptr;
+        check(qt_synthesize_batch(ctx, params.data(), 3, 2, out.data()) == QT_STATUS_INVALID_PARAMS &&
+                  std::string(qt_last_error()).rfind("request 1:", 0) == 0 && out[0].codes == nullptr,
+              "a bad request names itself and nothing is returned: %s", qt_last_error());
     }
 
     // ---- errors ----
