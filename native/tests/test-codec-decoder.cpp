@@ -287,13 +287,16 @@ int main(int argc, char ** argv) {
         for (qt_tts_result & r : out) {
             qt_tts_result_free(&r);
         }
-        check(qt_synthesize_batch(ctx, params.data(), 0, 3, out.data()) == QT_STATUS_INVALID_PARAMS &&
-                  qt_synthesize_batch(ctx, params.data(), 2, QT_MAX_BATCH + 1, out.data()) == QT_STATUS_INVALID_PARAMS,
-              "no requests, or too many at a time, are refused: %s", qt_last_error());
+        const bool none_refused = qt_synthesize_batch(ctx, params.data(), 0, 3, out.data()) == QT_STATUS_INVALID_PARAMS;
+        const bool wide_refused =
+            qt_synthesize_batch(ctx, params.data(), 2, QT_MAX_BATCH + 1, out.data()) == QT_STATUS_INVALID_PARAMS;
+        const std::string wide_error = qt_last_error();
+        check(none_refused && wide_refused, "no requests, or too many at a time, are refused: %s", wide_error.c_str());
         params[1].voice = nullptr;
-        check(qt_synthesize_batch(ctx, params.data(), 3, 2, out.data()) == QT_STATUS_INVALID_PARAMS &&
-                  std::string(qt_last_error()).rfind("request 1:", 0) == 0 && out[0].codes == nullptr,
-              "a bad request names itself and nothing is returned: %s", qt_last_error());
+        const bool bad_refused = qt_synthesize_batch(ctx, params.data(), 3, 2, out.data()) == QT_STATUS_INVALID_PARAMS;
+        const std::string bad_error = qt_last_error();
+        check(bad_refused && bad_error.rfind("request 1:", 0) == 0 && out[0].codes == nullptr,
+              "a bad request names itself and nothing is returned: %s", bad_error.c_str());
     }
 
     // ---- errors ----
