@@ -118,6 +118,17 @@ def test_say_with_voice_file_and_text_file(tmp_path, cli_env, converted):
     assert "x-vector" in proc.stderr and "3 segments" in proc.stderr
     data, rate = sf.read(str(out))
     assert rate == 24000 and data.shape == (3 * 3 * 1920,)
+    # the segments went side by side (4 at a time by default); one by one gives the same file
+    assert "3 segment(s), up to 4 at a time" in vocable("-v", "say", "--model", model, "--voice", voice, "--text-file",
+                                                        text, "--greedy", "--max-frames", "3", "--out",
+                                                        tmp_path / "again.flac", env=cli_env).stderr
+    proc = say(model, "--voice", voice, "--text-file", text, "--greedy", "--max-frames", "3", "--language", "English",
+               "--batch", "1", "--out", tmp_path / "one_by_one.flac", env=cli_env)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "one_by_one.flac").read_bytes() == out.read_bytes()
+    for bad in ("0", "17", "four"):
+        proc = say(model, "--voice", voice, "--text", "Hi.", "--batch", bad, "--out", tmp_path / "x.wav", env=cli_env)
+        assert proc.returncode == 2 and "--batch: must be a whole number from 1 to 16" in proc.stderr
 
 
 @pytest.mark.parametrize("portaudio", ["as installed", "missing"])

@@ -195,6 +195,31 @@ def test_drop_generate_and_save(qtbot, home, model, open_window, tmp_path, monke
     assert Settings.load().export_dir == str(tmp_path)
 
 
+def test_speak_a_long_text_into_a_file(qtbot, home, model, open_window, tmp_path, monkeypatch):
+    """File > Speak into a file: a long text's segments generate side by side (no playback),
+    the file and the result hold the audio that Generate gives one segment after the other."""
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    sentence = "This is one of the sentences of a text long enough to be spoken in several segments."
+    text = " ".join([sentence] * 12)
+    w.speak.text.setPlainText(text)
+    w.speak.advanced.setChecked(True)
+    w.speak.seed.setText("9")
+    out = tmp_path / "long.flac"
+    answer_save(monkeypatch, out)
+    with qtbot.waitSignal(w.c.result_ready, timeout=WAIT_MS, check_params_cb=lambda r: r is not None):
+        w.speak_to_file_action.trigger()
+    batched = w.c.result
+    assert len(batched.segments) > 1 and f"saved {out}" in w.statusBar().currentMessage()
+    data, rate = sf.read(str(out), dtype="float32")
+    assert rate == 24000 and data.shape[0] == batched.audio.size
+    assert w.history.list.count() == 1
+    generate(qtbot, w, text, seed=9)   # one segment after the other, played
+    np.testing.assert_array_equal(w.c.result.audio, batched.audio)
+    np.testing.assert_array_equal(w.c.result.codes, batched.codes)
+
+
 def test_the_reference_is_embedded_while_the_user_types(qtbot, home, model, open_window, monkeypatch):
     from vocable.engine import Engine
     calls = []

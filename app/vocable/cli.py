@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from . import runaway
+from .engine import FILE_BATCH
 from .errors import VocableError
 from .text import expected_speech_seconds
 
@@ -54,6 +55,17 @@ def _cmd_embed(args) -> int:
     print(f"voice '{voice.name}': {voice.reference_seconds:.2f} s reference, embedding {voice.speaker_embedding.shape[0]}, "
           f"{voice.codes.shape[0]} code frames; clones {mode} -> {args.out}", file=sys.stderr)
     return 0
+
+
+def _batch_width(value: str) -> int:
+    from . import _engine
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= _engine.MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {_engine.MAX_BATCH}, not '{value}'")
+    return n
 
 
 def _read_text(args) -> str:
@@ -137,8 +149,10 @@ def _cmd_say(args) -> int:
             except AudioDeviceError as e:
                 print(f"vocable: {e}; writing {out} only", file=sys.stderr)
         try:
+            # a long text's segments generate side by side into the file; played, one by one
+            batch = args.batch or (1 if player is not None else FILE_BATCH)
             with engine.synthesize(text, voice, args.language, args.ref_text, seed=args.seed, greedy=args.greedy,
-                                   max_frames=args.max_frames) as stream:
+                                   max_frames=args.max_frames, batch=batch) as stream:
                 with _ProgressLine(stream, player):
                     for chunk in stream:
                         if player is not None:
@@ -273,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="reproduce a run (the seed is printed at the end)")
     s.add_argument("--greedy", action="store_true", help="take the most likely codes instead of sampling")
     s.add_argument("--max-frames", type=int, help="stop after this many frames (80 ms each)")
+    s.add_argument("--batch", type=_batch_width, help="how many segments of a long text generate side by side "
+                   f"(default {FILE_BATCH}; 1 with --play, where the first audio matters more)")
     s.add_argument("--threads", type=int)
     s.set_defaults(func=_cmd_say)
 

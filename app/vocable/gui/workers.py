@@ -230,6 +230,9 @@ class SynthesisRequest:
     output_device: str | int | None = None
     max_frames: int | None = None
     settings: dict = field(default_factory=dict)
+    out_path: Path | None = None            # speak into this audio file (no playback; a long
+                                            # text's segments then generate `batch` at a time)
+    batch: int = 1
 
 
 @dataclass
@@ -306,7 +309,7 @@ class SynthesisWorker(Worker):
             raise SynthesisCancelled("synthesis cancelled")
         stream = self.engine.synthesize(req.text, voice, req.language, req.transcript,
                                         temperature=req.temperature, top_k=req.top_k, seed=req.seed,
-                                        greedy=req.greedy, max_frames=req.max_frames)
+                                        greedy=req.greedy, max_frames=req.max_frames, batch=req.batch)
         with self._lock:
             self._stream = stream
         if self.cancel_requested:
@@ -331,6 +334,9 @@ class SynthesisWorker(Worker):
             raise
         if player is not None:
             player.finish()
+        if req.out_path is not None:
+            from ..audio_io import write_audio
+            write_audio(req.out_path, result.audio, result.sample_rate)
         self.stats.emit(self._stats(stream, done=True))
         return result
 
