@@ -22,7 +22,7 @@ from vocable.voice import Voice
 
 def bench_args(tmp_path, **kw):
     args = dict(threads=1, ref_seconds=2.0, repeats=2, cache_dir=str(tmp_path / "cache"), no_reference=True,
-                model=None, frames=6, types="f32,q8_0")
+                model=None, frames=6, types="f32,q8_0", no_long_text=True)
     args.update(kw)
     return argparse.Namespace(**args)
 
@@ -447,7 +447,8 @@ def test_run_bench_real_engine_on_a_small_model(small_model, tmp_path, capsys):
 def test_run_bench_real_engine_weight_types(small_model, tmp_path, capsys):
     """An HF folder: converted per weight type (cached), every type's engine runs the full frame count."""
     spec, cache, model = small_model
-    rc = bench.run_bench(bench_args(tmp_path, model=str(model.hf_dir), repeats=1, frames=4, types="q4_k,f32"))
+    rc = bench.run_bench(bench_args(tmp_path, model=str(model.hf_dir), repeats=1, frames=4, types="q4_k,f32",
+                                    no_long_text=False))
     out = capsys.readouterr().out
     rep = last_json(out)
     assert rc == 0, out
@@ -466,6 +467,29 @@ def test_run_bench_real_engine_weight_types(small_model, tmp_path, capsys):
     assert list(memory) == ["f32", "q4_k"]
     assert all(memory[t]["frames"] == 4 and 20 * 2**20 < memory[t]["peak_rss_bytes"] < 2**31 for t in memory)
     assert "peak RSS of a whole synthesis (load + 4 frames, a process of its own): f32 " in out
+    long_text = rep["long_text"]   # 10 segments one by one, then 4 at a time, on the quantized type
+    assert list(long_text) == ["q4_k"]
+    lt = long_text["q4_k"]
+    assert lt["segments"] == 10 and lt["frames"] == 40 and lt["batch"] == 4 and lt["identical"] is True
+    assert lt["one_by_one_audio_per_s"] > 0 and lt["batched_audio_per_s"] > 0 and lt["target_speedup"] == 2.0
+    assert "long text q4_k, 10 segments x 4 frames (3.2 s of audio): one by one " in out
+    assert "4 at a time" in out and "the same codes and audio" in out
+
+
+def test_the_long_text_target_is_reported():
+    from vocable import bench_batch
+    runs = {"q4_k": {"segments": 10, "frames": 500, "batch": 4, "audio_s": 40.0, "one_by_one_s": 36.0,
+                     "batched_s": 25.0, "one_by_one_audio_per_s": 1.111, "batched_audio_per_s": 1.6, "speedup": 1.44,
+                     "identical": True, "target_speedup": 2.0, "met": False},
+            "q8_0": {"segments": 10, "frames": 500, "batch": 4, "audio_s": 40.0, "one_by_one_s": 40.0,
+                     "batched_s": 20.0, "one_by_one_audio_per_s": 1.0, "batched_audio_per_s": 2.0, "speedup": 2.0,
+                     "identical": False}}
+    assert bench_batch.missed(runs) == [
+        "long text q4_k: 1.44x the audio per second one by one with 4 at a time, target >= 2x",
+        "long text q8_0: the batch gave other codes or audio than one by one"]
+    lines = bench_batch.describe(runs)
+    assert "(1.44x, target >= 2x: MISSED), the same codes and audio" in lines[0]
+    assert "DIFFERENT codes or audio" in lines[1]
 
 
 def test_the_memory_target_is_reported_where_there_is_one():

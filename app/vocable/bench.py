@@ -56,7 +56,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import bench_contention, bench_memory, bench_variants
+from . import bench_batch, bench_contention, bench_memory, bench_variants
 from .errors import VocableError
 
 SAMPLE_RATE = 24000
@@ -916,6 +916,8 @@ def _print_report(rep: dict) -> None:
               f"codec decode faster than the reference, whole synthesis {rtf}")
     for line in bench_memory.describe(rep.get("memory") or {}, rep["frames"]):
         print(f"  {line}")
+    for line in bench_batch.describe(rep.get("long_text") or {}):
+        print(f"  {line}")
     if ref["status"] == "ok":
         shared = ref.get("same_run", {})
         loads = ", ".join(f"{v} s ({', '.join([k] + [g for g, first in shared.items() if first == k])})"
@@ -1055,6 +1057,10 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
                 ours[g.name] = GroupResult(error=str(e))
         if busy or engines:
             contention = contention_runs(engine, inp, busy, engines)
+    long_text: dict[str, dict] = {}
+    if not getattr(args, "no_long_text", False):
+        from .engine import FILE_BATCH
+        long_text = long_text_runs(engine, inp, int(getattr(args, "batch", None) or FILE_BATCH))
     memory: dict[str, dict] = {}
     if "speaker_path" in inp.shared:   # the synthesis stages ran and saved the voice
         for wt in list(inp.models) or [inp.main_type]:
@@ -1119,14 +1125,36 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         "reference_extra": {g: r.extra for g, r in theirs.items()}, "stages": stages,
         "agreement": agreement, "agreement_text": agreement_text,
         "missed_targets": missed_targets(stages) + bench_memory.missed(memory) +
-                          bench_contention.missed(contention) + bench_variants.missed(variants),
-        "memory": memory, "contention": contention, "cpu_variants": variants,
+                          bench_contention.missed(contention) + bench_variants.missed(variants) +
+                          bench_batch.missed(long_text),
+        "memory": memory, "contention": contention, "cpu_variants": variants, "long_text": long_text,
         "loadavg_1min": [load_before, _loadavg()],   # other work on the machine skews the figures
     }
     _print_report(report)
     print(json.dumps(report), flush=True)
     failed = any(r.error for r in ours.values()) or ref["status"] == "failed"
     return 1 if failed else 0
+
+
+def long_text_runs(engine, inp: BenchInput, batch: int) -> dict[str, dict]:
+    """bench_batch for the quantized types benched: a 10-segment text one by one and `batch` at
+    a time."""
+    from .engine import Engine
+
+    out: dict[str, dict] = {}
+    for wt in [t for t in ("q4_k", "q8_0") if t in inp.models] or [inp.main_type]:
+        model = inp.models.get(wt)
+        _say(f"engine: long text, {wt}: {bench_batch.N_SEGMENTS} segments one by one, then {batch} at a time")
+        own = model is not None and wt != inp.main_type
+        eng = Engine(model.gguf, threads=inp.threads) if own else engine
+        try:
+            out[wt] = bench_batch.compare(eng, eng.embed_voice(inp.clip, SAMPLE_RATE), inp.frames, batch, wt)
+        except VocableError as e:
+            out[wt] = {"error": str(e)}
+        finally:
+            if own:
+                eng.close()
+    return out
 
 
 def contention_runs(engine, inp: BenchInput, busy: int, engines: int) -> dict[str, dict]:

@@ -314,6 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--frames", type=int, default=50, help="frames to generate per weight type (80 ms each)")
     b.add_argument("--types", default="f32,f16,q8_0,q4_k", help="comma-separated weight types to time generation for")
     b.add_argument("--model", help="bench this model instead (an HF folder, or a .gguf: no reference then)")
+    b.add_argument("--batch", type=_batch_width, default=FILE_BATCH,
+                   help=f"segments side by side in the long-text run (default {FILE_BATCH})")
+    b.add_argument("--no-long-text", action="store_true", help="skip the long-text run (10 segments, one by one "
+                   "and in a batch)")
     b.add_argument("--no-reference", action="store_true", help="skip the PyTorch side")
     b.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="also time synthesis beside N busy processes (each spins one core)")
