@@ -1,9 +1,18 @@
 #include "mat-vecs.h"
 
 #include "backend-loader.h"
+#include "cpu-ops.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <vector>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#    include <immintrin.h>
+#    define QT_MATVEC_X86  1
+#    define QT_MATVEC_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
 
 namespace qt {
 
@@ -34,6 +43,135 @@ void convert_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
     }
 }
 
+
+#ifdef QT_MATVEC_X86
+
+// ggml's q4_K and q8_K blocks (ggml-common.h, which ggml does not install), checked against
+// ggml's sizes where the kernel is chosen.
+constexpr int k_qk = 256;
+struct block_q4_k {
+    uint16_t d, dmin;     // f16
+    uint8_t  scales[12];  // 8 scales and 8 mins of 6 bits
+    uint8_t  qs[k_qk / 2];
+};
+struct block_q8_k {
+    float   d;
+    int8_t  qs[k_qk];
+    int16_t bsums[k_qk / 16];
+};
+static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q8_k) == 292, "ggml's block layouts");
+
+constexpr int k_max_columns = 32;
+
+QT_MATVEC_AVX2 inline float hsum_float_8(__m256 x) {
+    __m128 res = _mm256_extractf128_ps(x, 1);
+    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+    res = _mm_add_ss(res, _mm_movehdup_ps(res));
+    return _mm_cvtss_f32(res);
+}
+
+// One q4_K row against `cols` q8_K columns: out[c] is bit for bit ggml_vec_dot_q4_K_q8_K (its
+// AVX2 path, which every ggml variant with AVX2 runs) of the row and column c. The row's nibbles
+// and scales are unpacked once per block for all the columns; each column then takes the same
+// integer sums (exact, so in any order) and the same float operations in the same order.
+// q8s + (c * nb + i) * 8: the eight 32-value sums of column c's block i, as that function forms them.
+QT_MATVEC_AVX2 void q4k_row_dot_columns(const block_q4_k * x, int nb, const block_q8_k * const * ys,
+                                        const int16_t * q8s, int cols, float * out) {
+    __m256 acc[k_max_columns];
+    __m128 acc_m[k_max_columns];
+    for (int c = 0; c < cols; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        acc_m[c] = _mm_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    for (int i = 0; i < nb; ++i) {
+        const float xd = _cvtsh_ss(x[i].d);
+        const float xdmin = _cvtsh_ss(x[i].dmin);
+        uint32_t utmp[4];
+        memcpy(utmp, x[i].scales, 12);
+        utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+        const uint32_t uaux = utmp[1] & kmask1;
+        utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+        utmp[2] = uaux;
+        utmp[0] &= kmask1;
+        const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp);  // 8 scales, then 8 mins
+        const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));
+        __m256i q4[8], scale[8];
+        for (int j = 0; j < k_qk / 64; ++j) {
+            const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j));
+            q4[2 * j] = _mm256_and_si256(bits, m4);
+            q4[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            scale[2 * j] = _mm256_set1_epi16(int16_t(sc[2 * j]));
+            scale[2 * j + 1] = _mm256_set1_epi16(int16_t(sc[2 * j + 1]));
+        }
+        for (int c = 0; c < cols; ++c) {
+            const block_q8_k & y = ys[c][i];
+            const float d = y.d * xd;
+            const float dmin = -y.d * xdmin;
+            const __m128i sums = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));
+            const __m128i prod = _mm_madd_epi16(mins, sums);
+            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[c]);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int h = 0; h < 8; ++h) {
+                const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(y.qs + 32 * h));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale[h], _mm256_maddubs_epi16(q4[h], q8)));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
+    }
+    for (int c = 0; c < cols; ++c) {
+        __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);
+    }
+}
+
+QT_MATVEC_AVX2 __m128i q8k_sums_of_32(const block_q8_k & y) {
+    const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(y.bsums));
+    return _mm_hadd_epi16(_mm256_extracti128_si256(sums, 0), _mm256_extracti128_si256(sums, 1));
+}
+
+// product_op's rows r0..r1 for q4_K weights, with the AVX2 kernel above.
+QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst, int64_t r0,
+                             int64_t r1) {
+    const int nb = int(w->ne[0] / k_qk);
+    const int cols = int(dst->ne[1]);
+    thread_local std::vector<int16_t> q8s;
+    std::vector<const block_q8_k *>   ys(static_cast<size_t>(cols));
+    q8s.resize(size_t(cols) * size_t(nb) * 8);
+    for (int c = 0; c < cols; ++c) {
+        ys[size_t(c)] = reinterpret_cast<const block_q8_k *>(static_cast<const char *>(x->data) + c * x->nb[1]);
+        for (int i = 0; i < nb; ++i) {
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(q8s.data() + (size_t(c) * size_t(nb) + size_t(i)) * 8),
+                             q8k_sums_of_32(ys[size_t(c)][i]));
+        }
+    }
+    float out[k_max_columns];
+    for (int64_t r = r0; r < r1; ++r) {
+        const auto * row = reinterpret_cast<const block_q4_k *>(static_cast<const char *>(w->data) + r * w->nb[1]);
+        q4k_row_dot_columns(row, nb, ys.data(), q8s.data(), cols, out);
+        for (int c = 0; c < cols; ++c) {
+            reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1])[r] = out[c];
+        }
+    }
+}
+
+#endif  // QT_MATVEC_X86
+
+// Whether q4k_rows() reproduces the loaded variant's vec_dot for these operands.
+bool q4k_kernel_applies(const ggml_tensor * w, int64_t cols) {
+#ifdef QT_MATVEC_X86
+    return w->type == GGML_TYPE_Q4_K && cols <= k_max_columns && ggml_type_size(GGML_TYPE_Q4_K) == 144 &&
+           ggml_type_size(GGML_TYPE_Q8_K) == 292 && cpu_kernels_best() >= cpu_kernels::avx2;
+#else
+    (void) w;
+    (void) cols;
+    return false;
+#endif
+}
+
 // ggml custom op: dst (N, B) f32 = W x for src = { W (K, N), x (row_bytes, B) in W's dot type }.
 // Threads take blocks of 16 weight rows (as ggml's own chunks), each row dotted with every column
 // while it is in the first-level cache.
@@ -44,8 +182,15 @@ void product_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
     const int64_t                k = w->ne[0], n = w->ne[1], cols = dst->ne[1];
     constexpr int64_t            k_rows = 16;
     const int64_t                n_chunks = (n + k_rows - 1) / k_rows;
+    const bool                   q4k = q4k_kernel_applies(w, cols);
     for (int64_t chunk = ith; chunk < n_chunks; chunk += nth) {
         const int64_t r0 = chunk * k_rows, r1 = std::min(n, r0 + k_rows);
+#ifdef QT_MATVEC_X86
+        if (q4k) {
+            q4k_rows(w, x, dst, r0, r1);
+            continue;
+        }
+#endif
         for (int64_t c = 0; c < cols; ++c) {
             const char * col = static_cast<const char *>(x->data) + c * x->nb[1];
             float *      out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1]);

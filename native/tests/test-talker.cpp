@@ -408,7 +408,7 @@ std::string type_name_of(const loaded_model & m) {
 // Step timing on a real-size model: random prefill embeddings, then N steps; reports ms per
 // step and the bytes each step reads (weights + the valid part of the KV cache).
 int bench(const std::string & path, int64_t n_prefill, int64_t n_steps, int n_threads, int64_t capacity,
-          ggml_type kv_type) {
+          ggml_type kv_type, int width) {
     qt::cpu_backend backend(n_threads);
     auto t0 = std::chrono::steady_clock::now();
     auto m = test::load_talker(path, backend);
@@ -425,17 +425,31 @@ int bench(const std::string & path, int64_t n_prefill, int64_t n_steps, int n_th
     qt::talker_output out;
     for (int rep = 0; rep < 2; ++rep) {  // the first run faults the weights in
         t0 = std::chrono::steady_clock::now();
-        qt::talker_state st(m->talker, backend, std::max(capacity, n_prefill + n_steps), kv_type);
+        qt::talker_state st(m->talker, backend, std::max(capacity, n_prefill + n_steps), kv_type, width);
         const double t_state = ms_since(t0);
         t0 = std::chrono::steady_clock::now();
-        st.prefill(no_dump, embeds.data(), n_prefill, out);
+        for (int seq = 0; seq < width; ++seq) {
+            st.prefill(no_dump, embeds.data(), n_prefill, out, seq);
+        }
         const double t_prefill = ms_since(t0);
         std::vector<double> times;
+        std::vector<int> seqs(static_cast<size_t>(width));
+        std::vector<qt::talker_output> outs(static_cast<size_t>(width));
+        std::vector<float> step_embeds;
+        for (int seq = 0; seq < width; ++seq) {
+            seqs[size_t(seq)] = seq;
+        }
         for (int64_t s = 0; s < n_steps; ++s) {
+            step_embeds.clear();
+            for (int seq = 0; seq < width; ++seq) {
+                const float * e = &embeds[size_t((n_prefill + s) * hp.hidden)];
+                step_embeds.insert(step_embeds.end(), e, e + hp.hidden);
+            }
             t0 = std::chrono::steady_clock::now();
-            st.step(&embeds[size_t((n_prefill + s) * hp.hidden)], out);
+            st.step_batch(seqs.data(), width, step_embeds.data(), outs.data());
             times.push_back(ms_since(t0));
         }
+        out = outs[0];
         std::vector<double> sorted = times;
         std::sort(sorted.begin(), sorted.end());
         double mean = 0;
@@ -446,9 +460,9 @@ int bench(const std::string & path, int64_t n_prefill, int64_t n_steps, int n_th
         const double w_mb = double(m->talker.step_weight_bytes()) / 1e6;
         const double kv_mb = 2.0 * hp.layers * hp.kv_heads * hp.head_dim * double(ggml_type_size(kv_type)) *
                              double(n_prefill + n_steps / 2) / 1e6;
-        printf("%s: state %.1f ms, prefill %lld: %.1f ms; step: mean %.2f ms, median %.2f, min %.2f, max %.2f; "
+        printf("%s: %d sequence(s): state %.1f ms, prefill %lld: %.1f ms; step: mean %.2f ms, median %.2f, min %.2f, max %.2f; "
                "reads %.0f MB weights + %.1f MB KV (mean) = %.1f GB/s at the median\n",
-               rep ? "timed " : "warmup", t_state, (long long) n_prefill, t_prefill, mean, sorted[sorted.size() / 2],
+               rep ? "timed " : "warmup", width, t_state, (long long) n_prefill, t_prefill, mean, sorted[sorted.size() / 2],
                sorted.front(), sorted.back(), w_mb, kv_mb, (w_mb + kv_mb) / sorted[sorted.size() / 2]);
     }
     // the last step against one prefill of the same positions (step kernel vs flash attention)
@@ -472,11 +486,12 @@ int main(int argc, char ** argv) {
         return test::run_or_fail([&] {
             return bench(argv[2], argc > 3 ? atoll(argv[3]) : 64, argc > 4 ? atoll(argv[4]) : 64,
                          argc > 5 ? atoi(argv[5]) : 2, argc > 6 ? atoll(argv[6]) : 0,
-                         argc > 7 && std::string(argv[7]) == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32);
+                         argc > 7 && std::string(argv[7]) == "f16" ? GGML_TYPE_F16 : GGML_TYPE_F32,
+                         argc > 8 ? atoi(argv[8]) : 1);
         });
     }
     if (argc < 3) {
-        fprintf(stderr, "usage: %s --sampler | --bench MODEL [N_PREFILL [N_STEPS [N_THREADS [CAPACITY [f16]]]]] | REF_DIR F32.gguf "
+        fprintf(stderr, "usage: %s --sampler | --bench MODEL [N_PREFILL [N_STEPS [N_THREADS [CAPACITY [f32|f16 [SEQUENCES]]]]]] | REF_DIR F32.gguf "
                         "[OTHER.gguf...]\n", argv[0]);
         return 2;
     }
