@@ -1,7 +1,9 @@
 // Fuzzes a synthesis request as a foreign caller or a damaged voice file would make it: the
 // voice (embedding values and width, reference codes, their frames and codebooks), the text and
 // reference-text ids, the clone mode, the language, the sampling settings and the frame cap,
-// all taken from the input. The engine must answer with a result or a clean error.
+// all taken from the input; sometimes as one request of a batch (qt_synthesize_batch) beside a
+// well-formed copy with another seed and frame cap, at a width from the input. The engine must
+// answer with a result or a clean error.
 #include "fuzz-common.h"
 
 #include <cstring>
@@ -67,9 +69,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     p.seed = in.take<uint64_t>();
     p.max_frames = int32_t(in.take<int8_t>()) % 4;
 
-    qt_tts_result result{};
-    if (qt_synthesize(ctx, &p, &result) == QT_STATUS_OK) {
-        qt_tts_result_free(&result);
+    const uint8_t batch = in.take<uint8_t>();
+    if (batch % 4 != 0) {
+        qt_tts_result result{};
+        if (qt_synthesize(ctx, &p, &result) == QT_STATUS_OK) {
+            qt_tts_result_free(&result);
+        }
+        return 0;
+    }
+    std::vector<qt_tts_params> params = { p, p, p };
+    params[1].seed = p.seed + 1;
+    params[2].max_frames = 2;
+    const int32_t width = int32_t(batch / 4) % (QT_MAX_BATCH + 2);  // 0 and QT_MAX_BATCH + 1 are refused
+    qt_tts_result results[3] = {};
+    if (qt_synthesize_batch(ctx, params.data(), 3, width, results) == QT_STATUS_OK) {
+        for (qt_tts_result & r : results) {
+            qt_tts_result_free(&r);
+        }
     }
     return 0;
 }
