@@ -518,9 +518,13 @@ class _BatchedSegments:
             return go_on
 
         requests = [(s._segments[u.index].ids, u.seed, u.cap) for u in units]
+        # as few at a time as still take the fewest rounds: 10 segments by up to 8 run 5 and 5,
+        # not 8 and then 2 (each step costs more the more it holds)
+        rounds = -(-len(units) // s._batch)
+        width = -(-len(units) // rounds)
         try:
             s._engine._ctx.synthesize_batch(requests, s._voice.speaker_embedding, s._ref_codes, s._ref_ids,
-                                            s._language, *s._sampling, s._batch, on_chunk, s._cancel_flag)
+                                            s._language, *s._sampling, width, on_chunk, s._cancel_flag)
         except _engine.EngineError as e:
             if e.args[1] == _engine.STATUS_CANCELLED:
                 raise SynthesisCancelled("synthesis cancelled") from None

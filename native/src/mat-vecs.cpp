@@ -63,7 +63,8 @@ static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q8_k) == 292, "ggml's bl
 
 constexpr int k_max_columns = 32;
 
-QT_MATVEC_AVX2 inline float hsum_float_8(__m256 x) {
+// (always inlined: the AVX512 kernels below call it too)
+__attribute__((always_inline, target("avx2,fma,f16c"))) inline float hsum_float_8(__m256 x) {
     __m128 res = _mm256_extractf128_ps(x, 1);
     res = _mm_add_ps(res, _mm256_castps256_ps128(x));
     res = _mm_add_ps(res, _mm_movehl_ps(res, res));
@@ -158,18 +159,86 @@ QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const ggml_tensor * x, ggml_
     }
 }
 
+constexpr int k_q8_0 = 32;
+struct block_q8_0 {
+    uint16_t d;  // f16
+    int8_t   qs[k_q8_0];
+};
+static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
+
+// product_op's rows r0..r1 for q8_0 weights: each row against `cols` q8_0 columns, out[c] bit
+// for bit ggml_vec_dot_q8_0_q8_0 (its AVX2 path: the lanes' integer sums, exact whichever
+// instructions form them, then the same float operations in the same order). The row's
+// absolute values are formed once per block, the columns' scales once per call. LANES(ax, sy)
+// forms the eight 32-bit sums of four byte products; TARGET names the instruction sets it needs
+// (one function per set: a function cannot take instructions its target lacks, inlined or not).
+#define QT_Q8_0_ROWS(NAME, TARGET, LANES)                                                                         \
+    __attribute__((target(TARGET))) void NAME(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst,     \
+                                              int64_t r0, int64_t r1) {                                           \
+        const int nb = int(w->ne[0] / k_q8_0);                                                                    \
+        const int cols = int(dst->ne[1]);                                                                         \
+        const block_q8_0 * ys[k_max_columns];                                                                     \
+        thread_local std::vector<float> yd;                                                                       \
+        yd.resize(size_t(cols) * size_t(nb));                                                                     \
+        for (int c = 0; c < cols; ++c) {                                                                          \
+            ys[c] = reinterpret_cast<const block_q8_0 *>(static_cast<const char *>(x->data) + c * x->nb[1]);     \
+            for (int i = 0; i < nb; ++i) {                                                                        \
+                yd[size_t(c) * size_t(nb) + size_t(i)] = _cvtsh_ss(ys[c][i].d);                                   \
+            }                                                                                                     \
+        }                                                                                                         \
+        const __m256i ones = _mm256_set1_epi16(1);                                                                \
+        (void) ones;                                                                                              \
+        __m256 acc[k_max_columns];                                                                                \
+        for (int64_t r = r0; r < r1; ++r) {                                                                       \
+            const auto * row =                                                                                    \
+                reinterpret_cast<const block_q8_0 *>(static_cast<const char *>(w->data) + r * w->nb[1]);          \
+            for (int c = 0; c < cols; ++c) {                                                                      \
+                acc[c] = _mm256_setzero_ps();                                                                     \
+            }                                                                                                     \
+            for (int i = 0; i < nb; ++i) {                                                                        \
+                const float   xd = _cvtsh_ss(row[i].d);                                                           \
+                const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row[i].qs));            \
+                const __m256i ax = _mm256_sign_epi8(qx, qx);                                                      \
+                for (int c = 0; c < cols; ++c) {                                                                  \
+                    const __m256  d = _mm256_set1_ps(xd * yd[size_t(c) * size_t(nb) + size_t(i)]);               \
+                    const __m256i sy = _mm256_sign_epi8(                                                          \
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ys[c][i].qs)), qx);                  \
+                    acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(LANES), acc[c]);                               \
+                }                                                                                                 \
+            }                                                                                                     \
+            for (int c = 0; c < cols; ++c) {                                                                      \
+                reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1])[r] =                   \
+                    hsum_float_8(acc[c]);                                                                         \
+            }                                                                                                     \
+        }                                                                                                         \
+    }
+
+QT_Q8_0_ROWS(q8_0_rows, "avx2,fma,f16c", _mm256_madd_epi16(ones, _mm256_maddubs_epi16(ax, sy)))
+QT_Q8_0_ROWS(q8_0_rows_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+             _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy))
+
 #endif  // QT_MATVEC_X86
 
-// Whether q4k_rows() reproduces the loaded variant's vec_dot for these operands.
-bool q4k_kernel_applies(const ggml_tensor * w, int64_t cols) {
+// The kernel above that reproduces the loaded variant's vec_dot for these operands, if any: the
+// variants with AVX2 all run the same AVX2 vec_dot for q4_K and q8_0.
+using rows_kernel = void (*)(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst, int64_t r0, int64_t r1);
+rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
 #ifdef QT_MATVEC_X86
-    return w->type == GGML_TYPE_Q4_K && cols <= k_max_columns && ggml_type_size(GGML_TYPE_Q4_K) == 144 &&
-           ggml_type_size(GGML_TYPE_Q8_K) == 292 && cpu_kernels_best() >= cpu_kernels::avx2;
+    if (cols > k_max_columns || cpu_kernels_best() < cpu_kernels::avx2) {
+        return nullptr;
+    }
+    if (w->type == GGML_TYPE_Q4_K && ggml_type_size(GGML_TYPE_Q4_K) == 144 && ggml_type_size(GGML_TYPE_Q8_K) == 292) {
+        return q4k_rows;
+    }
+    if (w->type == GGML_TYPE_Q8_0 && ggml_type_size(GGML_TYPE_Q8_0) == 34) {
+        static const bool vnni = cpu_backend_loaded().features.find("AVX512_VNNI") != std::string::npos;
+        return vnni ? q8_0_rows_vnni : q8_0_rows;
+    }
 #else
     (void) w;
     (void) cols;
-    return false;
 #endif
+    return nullptr;
 }
 
 // ggml custom op: dst (N, B) f32 = W x for src = { W (K, N), x (row_bytes, B) in W's dot type }.
@@ -182,15 +251,13 @@ void product_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
     const int64_t                k = w->ne[0], n = w->ne[1], cols = dst->ne[1];
     constexpr int64_t            k_rows = 16;
     const int64_t                n_chunks = (n + k_rows - 1) / k_rows;
-    const bool                   q4k = q4k_kernel_applies(w, cols);
+    const rows_kernel            kernel = rows_kernel_for(w, cols);
     for (int64_t chunk = ith; chunk < n_chunks; chunk += nth) {
         const int64_t r0 = chunk * k_rows, r1 = std::min(n, r0 + k_rows);
-#ifdef QT_MATVEC_X86
-        if (q4k) {
-            q4k_rows(w, x, dst, r0, r1);
+        if (kernel) {
+            kernel(w, x, dst, r0, r1);
             continue;
         }
-#endif
         for (int64_t c = 0; c < cols; ++c) {
             const char * col = static_cast<const char *>(x->data) + c * x->nb[1];
             float *      out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1]);
