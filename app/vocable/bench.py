@@ -1136,50 +1136,46 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
     return 1 if failed else 0
 
 
-def long_text_runs(engine, inp: BenchInput, batch: int) -> dict[str, dict]:
-    """bench_batch for the quantized types benched: a 10-segment text one by one and `batch` at
-    a time."""
+def _per_type(engine, inp: BenchInput, types: list[str], what: str, run) -> dict[str, dict]:
+    """run(engine, voice) for each weight type, on the main engine or one loaded for the type
+    (closed after), with the bench clip's voice; a VocableError becomes {"error": why}."""
     from .engine import Engine
 
     out: dict[str, dict] = {}
-    for wt in [t for t in ("q4_k", "q8_0") if t in inp.models] or [inp.main_type]:
+    for wt in types:
         model = inp.models.get(wt)
-        _say(f"engine: long text, {wt}: {bench_batch.N_SEGMENTS} segments one by one, then {batch} at a time")
+        _say(f"engine: {what.format(wt=wt)}")
         own = model is not None and wt != inp.main_type
         eng = Engine(model.gguf, threads=inp.threads) if own else engine
         try:
-            out[wt] = bench_batch.compare(eng, eng.embed_voice(inp.clip, SAMPLE_RATE), inp.frames, batch, wt)
+            out[wt] = run(wt, eng, eng.embed_voice(inp.clip, SAMPLE_RATE))
         except VocableError as e:
             out[wt] = {"error": str(e)}
         finally:
             if own:
                 eng.close()
     return out
+
+
+def long_text_runs(engine, inp: BenchInput, batch: int) -> dict[str, dict]:
+    """bench_batch for the quantized types benched: a 10-segment text one by one and `batch` at
+    a time."""
+    types = [t for t in ("q4_k", "q8_0") if t in inp.models] or [inp.main_type]
+    return _per_type(engine, inp, types,
+                     f"long text, {{wt}}: {bench_batch.N_SEGMENTS} segments one by one, then {batch} at a time",
+                     lambda wt, eng, voice: bench_batch.compare(eng, voice, inp.frames, batch, wt))
 
 
 def contention_runs(engine, inp: BenchInput, busy: int, engines: int) -> dict[str, dict]:
     """bench_contention for each weight type: quiet, then beside `busy` busy processes and
     `engines` other engines."""
-    from .engine import Engine
-
-    out: dict[str, dict] = {}
-    for wt in list(inp.models) or [inp.main_type]:
-        model = inp.models.get(wt)
-        _say(f"engine: contention, {wt}: quiet, {busy} busy process(es), {engines} other engine(s)")
-        own = model is not None and wt != inp.main_type
-        eng = Engine(model.gguf, threads=inp.threads) if own else engine
-        try:
-            voice = eng.embed_voice(inp.clip, SAMPLE_RATE)
-            engine_args = [str(eng.model_path), str(inp.clip_path), str(inp.threads), GEN_TEXT, GEN_LANGUAGE,
-                           str(max(inp.frames, 50))]
-            out[wt] = bench_contention.contention(lambda: _synthesize(eng, voice, inp.frames), inp.repeats, busy,
-                                                  engines, engine_args)
-        except VocableError as e:
-            out[wt] = {"error": str(e)}
-        finally:
-            if own:
-                eng.close()
-    return out
+    def run(wt, eng, voice):
+        engine_args = [str(eng.model_path), str(inp.clip_path), str(inp.threads), GEN_TEXT, GEN_LANGUAGE,
+                       str(max(inp.frames, 50))]
+        return bench_contention.contention(lambda: _synthesize(eng, voice, inp.frames), inp.repeats, busy, engines,
+                                           engine_args)
+    return _per_type(engine, inp, list(inp.models) or [inp.main_type],
+                     f"contention, {{wt}}: quiet, {busy} busy process(es), {engines} other engine(s)", run)
 
 
 def _round(v: float | None) -> float | None:

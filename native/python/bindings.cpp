@@ -60,6 +60,53 @@ struct cancel_flag {
     std::atomic<bool> value{ false };
 };
 
+void read_sampling(const py::dict & d, qt_sampling & s) {
+    for (auto item : d) {
+        const std::string key = py::str(item.first);
+        if (key == "temperature") {
+            s.temperature = item.second.cast<float>();
+        } else if (key == "top_k") {
+            s.top_k = item.second.cast<int32_t>();
+        } else if (key == "top_p") {
+            s.top_p = item.second.cast<float>();
+        } else if (key == "repetition_penalty") {
+            s.repetition_penalty = item.second.cast<float>();
+        } else {
+            throw py::value_error("unknown sampling parameter '" + key + "'");
+        }
+    }
+}
+
+using f32_array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using i32_array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+// A request's voice, clone mode, language and sampling (text, seed and cap left to the caller);
+// `voice` and the arrays must outlive the params.
+qt_tts_params voice_params(qt_voice_ref & voice, const f32_array & speaker_embedding,
+                           const std::optional<i32_array> & ref_codes, const std::optional<i32_array> & ref_text_ids,
+                           const std::string & language, const py::dict & talker_sampling,
+                           const py::dict & predictor_sampling) {
+    voice.speaker_embedding = const_cast<float *>(speaker_embedding.data());
+    voice.n_embd = int32_t(speaker_embedding.shape(0));
+    qt_tts_params p = qt_tts_default_params();
+    p.voice = &voice;
+    if (ref_codes && ref_text_ids) {
+        if (ref_codes->ndim() != 2 || ref_text_ids->ndim() != 1) {
+            throw py::value_error("ref_codes must be [frames, codebooks] and ref_text_ids 1-D");
+        }
+        voice.codes = const_cast<int32_t *>(ref_codes->data());
+        voice.n_frames = int32_t(ref_codes->shape(0));
+        voice.n_codebooks = int32_t(ref_codes->shape(1));
+        p.ref_text_ids = ref_text_ids->data();
+        p.n_ref_text_ids = int32_t(ref_text_ids->shape(0));
+        p.mode = QT_CLONE_IN_CONTEXT;
+    }
+    p.language = language.c_str();
+    read_sampling(talker_sampling, p.talker_sampling);
+    read_sampling(predictor_sampling, p.predictor_sampling);
+    return p;
+}
+
 class engine_context {
 public:
     engine_context(const std::string & model_path, int n_threads, const std::optional<std::string> & dump_dir,
@@ -150,26 +197,10 @@ public:
             throw py::value_error("text_ids and speaker_embedding must be 1-D");
         }
         qt_voice_ref voice{};
-        voice.speaker_embedding = const_cast<float *>(speaker_embedding.data());
-        voice.n_embd = int32_t(speaker_embedding.shape(0));
-        qt_tts_params p = qt_tts_default_params();
+        qt_tts_params p = voice_params(voice, speaker_embedding, ref_codes, ref_text_ids, language, talker_sampling,
+                                       predictor_sampling);
         p.text_ids = text_ids.data();
         p.n_text_ids = int32_t(text_ids.shape(0));
-        p.voice = &voice;
-        if (ref_codes && ref_text_ids) {
-            if (ref_codes->ndim() != 2 || ref_text_ids->ndim() != 1) {
-                throw py::value_error("ref_codes must be [frames, codebooks] and ref_text_ids 1-D");
-            }
-            voice.codes = const_cast<int32_t *>(ref_codes->data());
-            voice.n_frames = int32_t(ref_codes->shape(0));
-            voice.n_codebooks = int32_t(ref_codes->shape(1));
-            p.ref_text_ids = ref_text_ids->data();
-            p.n_ref_text_ids = int32_t(ref_text_ids->shape(0));
-            p.mode = QT_CLONE_IN_CONTEXT;
-        }
-        p.language = language.c_str();
-        read_sampling(talker_sampling, p.talker_sampling);
-        read_sampling(predictor_sampling, p.predictor_sampling);
         p.seed = seed;
         p.max_frames = max_frames;
         // Polled once per frame, without the GIL: the context's cancel() and the request's flag.
@@ -258,24 +289,8 @@ public:
             return py::list();
         }
         qt_voice_ref voice{};
-        voice.speaker_embedding = const_cast<float *>(speaker_embedding.data());
-        voice.n_embd = int32_t(speaker_embedding.shape(0));
-        qt_tts_params common = qt_tts_default_params();
-        common.voice = &voice;
-        if (ref_codes && ref_text_ids) {
-            if (ref_codes->ndim() != 2 || ref_text_ids->ndim() != 1) {
-                throw py::value_error("ref_codes must be [frames, codebooks] and ref_text_ids 1-D");
-            }
-            voice.codes = const_cast<int32_t *>(ref_codes->data());
-            voice.n_frames = int32_t(ref_codes->shape(0));
-            voice.n_codebooks = int32_t(ref_codes->shape(1));
-            common.ref_text_ids = ref_text_ids->data();
-            common.n_ref_text_ids = int32_t(ref_text_ids->shape(0));
-            common.mode = QT_CLONE_IN_CONTEXT;
-        }
-        common.language = language.c_str();
-        read_sampling(talker_sampling, common.talker_sampling);
-        read_sampling(predictor_sampling, common.predictor_sampling);
+        const qt_tts_params common = voice_params(voice, speaker_embedding, ref_codes, ref_text_ids, language,
+                                                  talker_sampling, predictor_sampling);
 
         struct shared_state {
             std::atomic<bool> *                  context;
@@ -396,23 +411,6 @@ public:
     void forget_prompts() { qt_forget_prompts(checked()); }
 
 private:
-    static void read_sampling(const py::dict & d, qt_sampling & s) {
-        for (auto item : d) {
-            const std::string key = py::str(item.first);
-            if (key == "temperature") {
-                s.temperature = item.second.cast<float>();
-            } else if (key == "top_k") {
-                s.top_k = item.second.cast<int32_t>();
-            } else if (key == "top_p") {
-                s.top_p = item.second.cast<float>();
-            } else if (key == "repetition_penalty") {
-                s.repetition_penalty = item.second.cast<float>();
-            } else {
-                throw py::value_error("unknown sampling parameter '" + key + "'");
-            }
-        }
-    }
-
     qt_context * checked() const {
         if (!ctx_) {
             throw py::value_error("the engine context is closed");
