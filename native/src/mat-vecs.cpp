@@ -18,8 +18,13 @@ namespace qt {
 
 namespace {
 
+// Weight rows a thread takes at a time (as ggml's own chunks); thread ith takes chunks ith,
+// ith + nth, ...
+constexpr int64_t k_chunk_rows = 16;
+
 const ggml_type_traits_cpu * traits_of(ggml_type type) {
-    auto get = cpu_backend_loaded().type_traits;
+    // looked up once: cpu_backend_loaded() takes a lock, and every run of the ops below asks
+    static const auto get = cpu_backend_loaded().type_traits;
     return get ? get(type) : nullptr;
 }
 
@@ -134,27 +139,29 @@ QT_MATVEC_AVX2 __m128i q8k_sums_of_32(const block_q8_k & y) {
     return _mm_hadd_epi16(_mm256_extracti128_si256(sums, 0), _mm256_extracti128_si256(sums, 1));
 }
 
-// product_op's rows r0..r1 for q4_K weights, with the AVX2 kernel above.
-QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst, int64_t r0,
-                             int64_t r1) {
+// product_op's share of thread ith of nth for q4_K weights, with the AVX2 kernel above (the
+// columns' block sums formed once).
+QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst, int ith, int nth) {
     const int nb = int(w->ne[0] / k_qk);
     const int cols = int(dst->ne[1]);
     thread_local std::vector<int16_t> q8s;
-    std::vector<const block_q8_k *>   ys(static_cast<size_t>(cols));
+    const block_q8_k *                ys[k_max_columns];
     q8s.resize(size_t(cols) * size_t(nb) * 8);
     for (int c = 0; c < cols; ++c) {
-        ys[size_t(c)] = reinterpret_cast<const block_q8_k *>(static_cast<const char *>(x->data) + c * x->nb[1]);
+        ys[c] = reinterpret_cast<const block_q8_k *>(static_cast<const char *>(x->data) + c * x->nb[1]);
         for (int i = 0; i < nb; ++i) {
             _mm_storeu_si128(reinterpret_cast<__m128i *>(q8s.data() + (size_t(c) * size_t(nb) + size_t(i)) * 8),
-                             q8k_sums_of_32(ys[size_t(c)][i]));
+                             q8k_sums_of_32(ys[c][i]));
         }
     }
     float out[k_max_columns];
-    for (int64_t r = r0; r < r1; ++r) {
-        const auto * row = reinterpret_cast<const block_q4_k *>(static_cast<const char *>(w->data) + r * w->nb[1]);
-        q4k_row_dot_columns(row, nb, ys.data(), q8s.data(), cols, out);
-        for (int c = 0; c < cols; ++c) {
-            reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1])[r] = out[c];
+    for (int64_t r0 = int64_t(ith) * k_chunk_rows; r0 < w->ne[1]; r0 += int64_t(nth) * k_chunk_rows) {
+        for (int64_t r = r0; r < std::min(w->ne[1], r0 + k_chunk_rows); ++r) {
+            const auto * row = reinterpret_cast<const block_q4_k *>(static_cast<const char *>(w->data) + r * w->nb[1]);
+            q4k_row_dot_columns(row, nb, ys, q8s.data(), cols, out);
+            for (int c = 0; c < cols; ++c) {
+                reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1])[r] = out[c];
+            }
         }
     }
 }
@@ -166,7 +173,7 @@ struct block_q8_0 {
 };
 static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
 
-// product_op's rows r0..r1 for q8_0 weights: each row against `cols` q8_0 columns, out[c] bit
+// product_op's share of thread ith of nth for q8_0 weights: each row against `cols` q8_0 columns, out[c] bit
 // for bit ggml_vec_dot_q8_0_q8_0 (its AVX2 path: the lanes' integer sums, exact whichever
 // instructions form them, then the same float operations in the same order). The row's
 // absolute values are formed once per block, the columns' scales once per call. LANES(ax, sy)
@@ -174,7 +181,7 @@ static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
 // (one function per set: a function cannot take instructions its target lacks, inlined or not).
 #define QT_Q8_0_ROWS(NAME, TARGET, LANES)                                                                         \
     __attribute__((target(TARGET))) void NAME(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst,     \
-                                              int64_t r0, int64_t r1) {                                           \
+                                              int ith, int nth) {                                                 \
         const int nb = int(w->ne[0] / k_q8_0);                                                                    \
         const int cols = int(dst->ne[1]);                                                                         \
         const block_q8_0 * ys[k_max_columns];                                                                     \
@@ -189,7 +196,8 @@ static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
         const __m256i ones = _mm256_set1_epi16(1);                                                                \
         (void) ones;                                                                                              \
         __m256 acc[k_max_columns];                                                                                \
-        for (int64_t r = r0; r < r1; ++r) {                                                                       \
+        for (int64_t r0 = int64_t(ith) * k_chunk_rows; r0 < w->ne[1]; r0 += int64_t(nth) * k_chunk_rows)         \
+        for (int64_t r = r0; r < std::min(w->ne[1], r0 + k_chunk_rows); ++r) {                                    \
             const auto * row =                                                                                    \
                 reinterpret_cast<const block_q8_0 *>(static_cast<const char *>(w->data) + r * w->nb[1]);          \
             for (int c = 0; c < cols; ++c) {                                                                      \
@@ -221,7 +229,7 @@ QT_Q8_0_ROWS(q8_0_rows_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
 
 // The kernel above that reproduces the loaded variant's vec_dot for these operands, if any: the
 // variants with AVX2 all run the same AVX2 vec_dot for q4_K and q8_0.
-using rows_kernel = void (*)(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst, int64_t r0, int64_t r1);
+using rows_kernel = void (*)(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst, int ith, int nth);
 rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
 #ifdef QT_MATVEC_X86
     if (cols > k_max_columns || cpu_kernels_best() < cpu_kernels::avx2) {
@@ -242,22 +250,19 @@ rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
 }
 
 // ggml custom op: dst (N, B) f32 = W x for src = { W (K, N), x (row_bytes, B) in W's dot type }.
-// Threads take blocks of 16 weight rows (as ggml's own chunks), each row dotted with every column
-// while it is in the first-level cache.
+// Threads take chunks of k_chunk_rows weight rows, each row dotted with every column while it is
+// in the first-level cache.
 void product_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
-    const ggml_tensor *          w = dst->src[0];
-    const ggml_tensor *          x = dst->src[1];
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * x = dst->src[1];
+    const int64_t       k = w->ne[0], n = w->ne[1], cols = dst->ne[1];
+    if (const rows_kernel kernel = rows_kernel_for(w, cols)) {
+        kernel(w, x, dst, ith, nth);
+        return;
+    }
     const ggml_type_traits_cpu * traits = traits_of(w->type);
-    const int64_t                k = w->ne[0], n = w->ne[1], cols = dst->ne[1];
-    constexpr int64_t            k_rows = 16;
-    const int64_t                n_chunks = (n + k_rows - 1) / k_rows;
-    const rows_kernel            kernel = rows_kernel_for(w, cols);
-    for (int64_t chunk = ith; chunk < n_chunks; chunk += nth) {
-        const int64_t r0 = chunk * k_rows, r1 = std::min(n, r0 + k_rows);
-        if (kernel) {
-            kernel(w, x, dst, r0, r1);
-            continue;
-        }
+    for (int64_t r0 = int64_t(ith) * k_chunk_rows; r0 < n; r0 += int64_t(nth) * k_chunk_rows) {
+        const int64_t r1 = std::min(n, r0 + k_chunk_rows);
         for (int64_t c = 0; c < cols; ++c) {
             const char * col = static_cast<const char *>(x->data) + c * x->nb[1];
             float *      out = reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1]);
