@@ -34,7 +34,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.fixture(scope="session")
 def converted(tmp_path_factory):
     """converted(variant, weight_type) -> path of the tiny fixture model as GGUF (cached)."""
-    from vocable.convert import convert
+    from vocable.engine.convert import convert
 
     cache: dict[tuple[str, str], Path] = {}
 

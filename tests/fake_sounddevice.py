@@ -1,4 +1,4 @@
-"""A stand-in for the sounddevice module: what vocable.playback and vocable.recorder use of it.
+"""A stand-in for the sounddevice module: what vocable.audio.playback and vocable.audio.recorder use of it.
 Its streams have no audio thread: a test plays that part by calling `FakeStream.run_callback`."""
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ def craft_gguf(src, dst, *, kv: dict | None = None, tensors: dict | None = None,
     import gguf
     import numpy as np
 
-    from vocable.convert import CHECKSUM_TENSOR, _checksum_final, _checksum_update
+    from vocable.engine.convert import CHECKSUM_TENSOR, _checksum_final, _checksum_update
 
     kv, tensors = kv or {}, tensors or {}
     reader = gguf.GGUFReader(str(src))

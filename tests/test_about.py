@@ -73,7 +73,7 @@ def test_versions_name_the_engine_abi_range_and_ggml():
     (None, None),
 ])
 def test_model_card_license(tmp_path, card, expected):
-    from vocable.convert import model_card_license
+    from vocable.engine.convert import model_card_license
 
     readme = tmp_path / "README.md"
     if card is not None:
@@ -90,7 +90,7 @@ def folder_with_card(tmp_path):
 
 
 def test_the_model_license_goes_from_the_card_through_the_gguf(folder_with_card, tmp_path, monkeypatch, converted):
-    from vocable.models import ModelStore
+    from vocable.engine.models import ModelStore
 
     monkeypatch.setenv("VOCABLE_HOME", str(tmp_path / "home"))
     store = ModelStore()
@@ -100,7 +100,7 @@ def test_the_model_license_goes_from_the_card_through_the_gguf(folder_with_card,
 
 
 def test_vocable_about_on_the_command_line(folder_with_card, tmp_path, cli_env, converted):
-    from vocable.convert import convert
+    from vocable.engine.convert import convert
 
     model = convert(folder_with_card, tmp_path / "carded.gguf", "f32")
     cli_env["VOCABLE_HOME"] = str(tmp_path / "home")

@@ -11,7 +11,7 @@ import pytest
 from conftest import manifest, reference
 from test_runaway import never_stopping
 from vocable import Engine, SynthesisCancelled, Voice
-from vocable.audio_io import read_audio
+from vocable.audio.files import read_audio
 
 SENTENCES = ("The first sentence is here.", "A second one follows it.", "And a third ends the text.",
              "A fourth one is here too.", "The fifth is the last.")

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from conftest import fixture_dir
-from vocable import bench, bench_model
+from vocable.bench import model as bench_model, runner as bench
 from vocable.errors import VocableError
-from vocable.voice import Voice
+from vocable.library.voice import Voice
 
 
 def bench_args(tmp_path, **kw):
@@ -49,7 +49,7 @@ def test_real_spec_has_the_published_sizes():
     assert (main, speech) == (914_643_008, 170_557_441)
     assert spec.speech_config["encoder_config"]["frame_rate"] == 12.5
     # every tensor is one the converter knows (or knowingly skips)
-    from vocable.convert import engine_name
+    from vocable.engine.convert import engine_name
     for name, _ in spec.main_params + spec.speech_params:
         engine_name(name)
 
@@ -69,7 +69,7 @@ def test_byte_tokenizer_keeps_the_real_special_ids(tmp_path):
     tok.add_special_tokens(bench_model.ADDED_TOKENS)
     assert tok.token_to_id("<|im_start|>") == 151644 and tok.token_to_id("<tts_text_eod>") == 151673
     # the engine's tokenizer accepts it: the prompt template splits as with the real Qwen vocabulary
-    from vocable.text import TextTokenizer
+    from vocable.engine.text import TextTokenizer
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     prompt = TextTokenizer.from_folder(tmp_path).target_prompt("The dog was a bass.")
     assert prompt.role == [151644, 77091, 198] and list(prompt.ids[-5:]) == [151645, 198, 151644, 77091, 198]
@@ -97,7 +97,7 @@ def test_builder_writes_a_loadable_checkpoint(small_model):
         assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {dtype}
         for name, shape in params:
             assert tuple(header[name]["shape"]) == shape
-    from vocable.safetensors_reader import open_checkpoint
+    from vocable.engine.safetensors_reader import open_checkpoint
     main = open_checkpoint(model.hf_dir)
     head = main["talker.codec_head.weight"].f32()
     assert np.all(head[2150] == 0) and np.abs(head[2149]).max() > 0
@@ -477,7 +477,7 @@ def test_run_bench_real_engine_weight_types(small_model, tmp_path, capsys):
 
 
 def test_the_long_text_target_is_reported():
-    from vocable import bench_batch
+    from vocable.bench import batch as bench_batch
     runs = {"q4_k": {"segments": 10, "frames": 500, "batch": 4, "audio_s": 40.0, "one_by_one_s": 36.0,
                      "batched_s": 25.0, "one_by_one_audio_per_s": 1.111, "batched_audio_per_s": 1.6, "speedup": 1.44,
                      "identical": True, "target_speedup": 2.0, "met": False},
@@ -493,7 +493,7 @@ def test_the_long_text_target_is_reported():
 
 
 def test_the_memory_target_is_reported_where_there_is_one():
-    from vocable import bench_memory
+    from vocable.bench import memory as bench_memory
     runs = {"q8_0": {"frames": 50, "peak_rss_bytes": 1.2e9, "target_bytes": 1.0e9, "met": False},
             "q4_k": {"frames": 50, "peak_rss_bytes": 0.9e9}, "f16": {"error": "no result within 1800 s"}}
     assert bench_memory.missed(runs) == ["memory q8_0: peak RSS 1.20 GB of a whole synthesis, target <= 1 GB"]
@@ -652,8 +652,7 @@ def test_background_work_is_stopped(monkeypatch):
     """The busy processes run while the block runs and are gone after it."""
     import subprocess
 
-    from vocable import bench_contention
-
+    from vocable.bench import contention as bench_contention
     procs, real_popen = [], subprocess.Popen
 
     def spy(*a, **kw):

@@ -283,8 +283,7 @@ def test_requantize_with_the_wheels_ggml(tmp_path):
 def test_a_run_without_peers(tmp_path, monkeypatch, capsys):
     """Vocable measured on a small random model in its own process; every peer in the table with
     its reason; the JSON line with the same."""
-    from vocable import bench_model
-
+    from vocable.bench import model as bench_model
     spec = bench_model.spec_from_folder(fixture_dir("0.6b") / "model", seed=3, name="tiny-random")
     hf = tmp_path / "tiny-random"
     bench_model.build_hf_folder(spec, hf)

@@ -11,7 +11,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader
 
 from conftest import VARIANTS, fixture_dir
-from vocable.convert import ConversionCancelled, ConversionError, convert
+from vocable.engine.convert import ConversionCancelled, ConversionError, convert
 
 
 def read(path):
@@ -175,7 +175,7 @@ def test_codec_decoder_weights_stay_f16():
     models keep them at f16 (converted to f32 while the engine's GEMM packs them)."""
     from gguf import GGMLQuantizationType as T
 
-    from vocable.convert import _choose_type
+    from vocable.engine.convert import _choose_type
     shape = (1536, 7, 1024)
     assert _choose_type("talker.blk.0.attn_q.weight", "linear", (1024, 2048), "q4_k") == T.Q4_K
     for weight_type in ("f16", "q8_0", "q4_k"):

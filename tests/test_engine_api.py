@@ -275,7 +275,7 @@ def test_engine_errors_reach_the_consumer(engine, voice):
 
 
 def test_argument_errors_are_raised_at_once(engine, voice):
-    from vocable.text import TextError
+    from vocable.engine.text import TextError
     with pytest.raises(TextError):
         engine.synthesize("  \n ", voice)
     with pytest.raises(VocableError, match="unknown language 'klingon'"):

@@ -49,7 +49,7 @@ def model(converted):
 
 
 def set_model(path: Path) -> None:
-    from vocable.settings import Settings
+    from vocable.library.settings import Settings
     s = Settings.load()
     s.model_path = str(path)
     s.save()
@@ -191,7 +191,7 @@ def test_drop_generate_and_save(qtbot, home, model, open_window, tmp_path, monke
             continue
         data, rate = sf.read(str(out))
         assert rate == 24000 and abs(data.shape[0] - result.audio.size) < 2000, ext
-    from vocable.settings import Settings
+    from vocable.library.settings import Settings
     assert Settings.load().export_dir == str(tmp_path)
 
 
@@ -407,7 +407,7 @@ class FakeRecorder:
 
 def test_recording_shows_level_and_stops_by_itself(qtbot, home, model, open_window, monkeypatch):
     import vocable.gui.controller as controller
-    import vocable.recorder as recorder
+    import vocable.audio.recorder as recorder
     monkeypatch.setattr(recorder, "Recorder", FakeRecorder)
     monkeypatch.setattr(controller, "query_audio_devices",
                         lambda: controller.AudioAvailability(output=False, input=True, inputs=["Fake microphone"],
@@ -466,7 +466,7 @@ def test_controls_have_accessible_names(home, model, open_window):
 
 def test_settings_persist_and_apply(qtbot, home, model, open_window, tmp_path):
     from vocable.gui.settings_dialog import SettingsDialog
-    from vocable.settings import Settings
+    from vocable.library.settings import Settings
     set_model(model)
     w = open_window()
     dialog = SettingsDialog(w.c, w)
@@ -610,7 +610,7 @@ class FakeStreamPlayer:
 
 
 def test_clip_player_play_pause_seek(qtbot, monkeypatch):
-    import vocable.playback as playback
+    import vocable.audio.playback as playback
     from vocable.gui.clip_player import PAUSED, PLAYING, STOPPED, ClipPlayer
     from vocable.gui.waveform import WaveformPlayer
     monkeypatch.setattr(playback, "StreamPlayer", FakeStreamPlayer)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from vocable.audio_io import read_audio, write_audio
+from vocable.audio.files import read_audio, write_audio
 from vocable.errors import AudioError
-from vocable.history import History, HistoryError
+from vocable.library.history import History, HistoryError
 
 RATE = 24000
 
@@ -146,7 +146,7 @@ def test_damaged_entries_are_skipped(caplog):
     (history.root / f"{broken[4].id}.json").write_text(json.dumps([1, 2, 3]))
     (history.root / f"{broken[5].id}.json").write_text('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}")
     (history.root / f"{broken[6].id}.json").write_bytes(b'{"text": "caf\xe9"}')
-    with caplog.at_level(logging.WARNING, logger="vocable.history"):
+    with caplog.at_level(logging.WARNING, logger="vocable.library.history"):
         assert [e.id for e in history.entries()] == [good.id]
     assert "skipping a history entry" in caplog.text
     broken_audio = history.add("audio damaged", "v", {}, speech(), RATE)

@@ -17,8 +17,8 @@ import pytest
 from safetensors.numpy import save_file
 
 from vocable.errors import VoiceError
-from vocable.library import VoiceLibrary
-from vocable.voice import MAX_FILE_BYTES, Voice, read_voice_file
+from vocable.library.voices import VoiceLibrary
+from vocable.library.voice import MAX_FILE_BYTES, Voice, read_voice_file
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import manifest, reference
 from vocable import IN_CONTEXT, Engine, Voice
-from vocable.engine import SEGMENT_FADE_SEC, _raised_cosine, _segment_seed, _SegmentJoiner
+from vocable.engine.synthesis import SEGMENT_FADE_SEC, _raised_cosine, _segment_seed, _SegmentJoiner
 
 SENTENCES = ("The first sentence is here.", "A second one follows it.", "And a third ends the text.")
 TEXT = " ".join(SENTENCES)
@@ -170,7 +170,7 @@ def test_the_stream_cap_counts_every_segment(engine, voice):
                                            ("\u2060\ufeff\u200d \u00ad\n\ufe0f", "only invisible characters"),
                                            ("... ?! --", "nothing to speak")])
 def test_text_with_nothing_to_speak_is_a_clear_error(engine, voice, text, message):
-    from vocable.text import TextError
+    from vocable.engine.text import TextError
     with pytest.raises(TextError, match=message):
         engine.synthesize(text, voice)
 

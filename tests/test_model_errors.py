@@ -203,7 +203,7 @@ def with_bad_byte_in(src, dst, key: str):
 @pytest.mark.parametrize("key", ["general.name", "qwen3-tts.model_size", "general.architecture",
                                  "tokenizer.merges_txt"])
 def test_metadata_that_is_not_utf8_is_refused(converted, tmp_path, key):
-    from vocable.models import ModelStore
+    from vocable.engine.models import ModelStore
 
     bad = with_bad_byte_in(converted("0.6b", "q8_0"), tmp_path / "latin1.gguf", key)
     result = try_load(bad)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from conftest import fixture_dir
-from vocable.convert import ConversionCancelled
+from vocable.engine.convert import ConversionCancelled
 from vocable.errors import ModelError
-from vocable.gguf_header import read_gguf_header
-from vocable.models import ModelStore
+from vocable.engine.gguf_header import read_gguf_header
+from vocable.engine.models import ModelStore
 
 
 @pytest.fixture(autouse=True)

@@ -165,7 +165,7 @@ def test_consumer_can_stop(engine):
 
 def test_errors(engine):
     voice = fixture_voice("0.6b", "xvec")
-    from vocable.text import TextError
+    from vocable.engine.text import TextError
     with pytest.raises(TextError):
         engine.synthesize("   ", voice)
     with pytest.raises(VocableError, match="unknown language 'klingon'"):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from vocable import paths
+from vocable.library import paths
 from vocable.errors import VocableError
 
 

@@ -17,9 +17,9 @@ import pytest
 from conftest import fixture_dir
 from fake_sounddevice import FakeSoundDevice, make_sounddevice_unimportable
 from pulse_server import MonitorRecording, offsets_of_windows, pulse  # noqa: F401 (a fixture)
-from vocable import playback
+from vocable.audio import playback
 from vocable.errors import AudioDeviceError
-from vocable.playback import StreamPlayer
+from vocable.audio.playback import StreamPlayer
 
 
 # -- through a stand-in for sounddevice (tests/fake_sounddevice.py) ---------------------------------
@@ -187,7 +187,7 @@ def test_writer_and_callback_threads(fake):
 PLAY_CHIRP = textwrap.dedent("""
     import json, sys, time
     import numpy as np
-    from vocable.playback import StreamPlayer
+    from vocable.audio.playback import StreamPlayer
     rate = 24000
     t = np.arange(int(1.5 * rate)) / rate
     chirp = (0.5 * np.sin(2 * np.pi * (200 * t + 400 * t * t))).astype(np.float32)  # 200 -> 1400 Hz
@@ -260,8 +260,8 @@ PLAY_SYNTHESIS = textwrap.dedent("""
     import json, sys
     import numpy as np
     from vocable import Engine
-    from vocable.audio_io import read_audio
-    from vocable.playback import StreamPlayer
+    from vocable.audio.files import read_audio
+    from vocable.audio.playback import StreamPlayer
     model, ref, out = sys.argv[1:4]
     with Engine(model, threads=2) as engine:
         voice = engine.embed_voice(*read_audio(ref))
@@ -365,7 +365,7 @@ def test_fast_stream_starts_after_the_preroll(fake, monkeypatch):
 PLAY_SLOW_STREAM = textwrap.dedent("""
     import json, sys, time
     import numpy as np
-    from vocable.playback import StreamPlayer
+    from vocable.audio.playback import StreamPlayer
     rate, rtf, seconds = 24000, float(sys.argv[1]), 3.0
     sent = (0.3 * np.random.default_rng(7).standard_normal(int(seconds * rate))).astype(np.float32)
     np.save(sys.argv[2], sent)

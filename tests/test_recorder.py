@@ -18,9 +18,9 @@ import pytest
 from conftest import without_portaudio
 from fake_sounddevice import FakeSoundDevice, make_sounddevice_unimportable
 from pulse_server import MIC_SINK, offsets_of_windows, pulse  # noqa: F401 (a fixture)
-from vocable import playback, recorder
+from vocable.audio import playback, recorder
 from vocable.errors import AudioDeviceError
-from vocable.recorder import MAX_RECORD_SECONDS, SILENCE_DB, Recorder, input_devices
+from vocable.audio.recorder import MAX_RECORD_SECONDS, SILENCE_DB, Recorder, input_devices
 
 
 # -- through a stand-in for sounddevice (tests/fake_sounddevice.py) ---------------------------------
@@ -274,7 +274,7 @@ def test_missing_sounddevice_or_portaudio(monkeypatch, error, message):
 RECORD = textwrap.dedent("""
     import json, subprocess, sys, time
     import numpy as np
-    from vocable.recorder import Recorder
+    from vocable.audio.recorder import Recorder
     wav, sink, out = sys.argv[1:4]
     levels, reasons = [], []
     rec = Recorder(on_level=levels.append, on_stopped=reasons.append)
@@ -350,8 +350,8 @@ def test_records_what_the_source_plays(pulse, tmp_path):
 NO_DEVICE = textwrap.dedent("""
     import json
     from vocable.errors import AudioDeviceError
-    from vocable.playback import StreamPlayer
-    from vocable.recorder import Recorder, input_devices
+    from vocable.audio.playback import StreamPlayer
+    from vocable.audio.recorder import Recorder, input_devices
     try:
         import sounddevice
         out = {"portaudio": True, "devices": len(sounddevice.query_devices())}

@@ -7,7 +7,7 @@ import soundfile as sf
 
 from conftest import cosine, reference
 from vocable import AudioError, Engine
-from vocable.audio_io import prepare_reference, read_audio
+from vocable.audio.files import prepare_reference, read_audio
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +127,8 @@ def test_a_long_reference_is_read_only_as_far_as_it_is_kept(tmp_path):
     same audio as from the whole file."""
     import tracemalloc
 
-    from vocable.audio_io import MAX_REFERENCE_SECONDS, REFERENCE_LEAD_SECONDS, read_reference
-    from vocable.reference import check_reference
+    from vocable.audio.files import MAX_REFERENCE_SECONDS, REFERENCE_LEAD_SECONDS, read_reference
+    from vocable.audio.reference import check_reference
 
     path = tmp_path / "long.wav"
     write_noise(path, minutes=10)
@@ -158,7 +158,7 @@ def test_a_header_that_lies_about_its_length_allocates_nothing_huge(tmp_path):
     import io
     import tracemalloc
 
-    from vocable.audio_io import read_reference
+    from vocable.audio.files import read_reference
 
     encoded = io.BytesIO()
     sf.write(encoded, np.zeros(48000, np.float32), 48000, format="FLAC")
@@ -203,7 +203,7 @@ def crafted_wav(rate=24000, channels=1, bits=16, data_bytes=4800, declared=None)
     (crafted_wav()[:30], "not a readable audio file"),
 ])
 def test_crafted_headers_are_clear_errors(tmp_path, content, message):
-    from vocable.audio_io import read_reference
+    from vocable.audio.files import read_reference
     path = tmp_path / "crafted.wav"
     path.write_bytes(content)
     for read in (read_audio, read_reference):

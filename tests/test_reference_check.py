@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soxr
 
-from vocable.audio_io import read_audio
+from vocable.audio.files import read_audio
 from vocable.errors import AudioError
-from vocable.reference import (CLIP_RUN, GOOD_SECONDS, MIN_SPEECH_RATIO, QUIET_PEAK_DBFS, ReferenceCheck,
+from vocable.audio.reference import (CLIP_RUN, GOOD_SECONDS, MIN_SPEECH_RATIO, QUIET_PEAK_DBFS, ReferenceCheck,
                                check_reference, clipped_samples, frame_levels)
 
 TEXT = "The quick brown fox jumps over the lazy dog. Then a second sentence follows it, a little slower."

@@ -1,4 +1,4 @@
-"""The runaway watchdog (vocable/runaway.py): its three signs on made-up streams, then the engine
+"""The runaway watchdog (vocable/engine/runaway.py): its three signs on made-up streams, then the engine
 with models made never to stop (the end-of-speech code's logit row zeroed, so greedy decoding
 never picks it), one of them also silent (the decoder's last convolution zeroed)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from conftest import reference
 from gguf_craft import craft_gguf
 from vocable import Engine, Voice
-from vocable.runaway import (EARLY_FRACTION, FRAME_RATE, OVERLONG_FACTOR, OVERLONG_MARGIN_SEC, REPEAT_STOP_SEC,
+from vocable.engine.runaway import (EARLY_FRACTION, FRAME_RATE, OVERLONG_FACTOR, OVERLONG_MARGIN_SEC, REPEAT_STOP_SEC,
                              SILENCE_STOP_SEC, RunawayWatch)
 
 SPF = 1920  # samples per frame

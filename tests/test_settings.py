@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from vocable.errors import VocableError
-from vocable.settings import Settings
+from vocable.library.settings import Settings
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +49,7 @@ def test_a_corrupt_file_gives_defaults_and_is_kept_aside(home, content, caplog):
     path = home / "config" / "settings.json"
     path.parent.mkdir(parents=True)
     path.write_text(content)
-    with caplog.at_level(logging.WARNING, logger="vocable.settings"):
+    with caplog.at_level(logging.WARNING, logger="vocable.library.settings"):
         assert Settings.load() == Settings()
     assert "unreadable" in caplog.text
     assert (path.parent / "settings.json.corrupt").read_text() == content
@@ -63,7 +63,7 @@ def test_bad_values_fall_back_one_by_one(home, caplog):
     path.write_text(json.dumps({"model_path": 42, "quantization": "q2", "threads": 0, "input_device": "Mic",
                                 "output_device": ["a"], "export_dir": "/x", "language": "", "unknown": 1,
                                 "window": {"x": 1}}))
-    with caplog.at_level(logging.WARNING, logger="vocable.settings"):
+    with caplog.at_level(logging.WARNING, logger="vocable.library.settings"):
         s = Settings.load()
     assert s == Settings(input_device="Mic", export_dir="/x")
     for word in ("quantization 'q2'", "threads 0", "model_path", "output_device", "language"):

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, VARIANTS, fixture_dir, manifest
 from vocable.errors import ModelError, VocableError
-from vocable.text import (MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, ROLE, SpecialIds, TextError, TextTokenizer,
+from vocable.engine.text import (MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, ROLE, SpecialIds, TextError, TextTokenizer,
                           expected_speech_seconds, longest_speech_seconds, speech_units, split_for_synthesis,
                           split_sentences)
 

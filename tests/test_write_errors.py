@@ -12,14 +12,14 @@ import pytest
 
 from conftest import fixture_dir
 from test_library import write_limit
-from vocable import paths
-from vocable.audio_io import write_audio
+from vocable.library import paths
+from vocable.audio.files import write_audio
 from vocable.errors import AudioError, ModelError, VocableError, VoiceError
-from vocable.history import History, HistoryError
-from vocable.library import VoiceLibrary
-from vocable.models import ModelStore
-from vocable.settings import Settings
-from vocable.voice import Voice
+from vocable.library.history import History, HistoryError
+from vocable.library.voices import VoiceLibrary
+from vocable.engine.models import ModelStore
+from vocable.library.settings import Settings
+from vocable.library.voice import Voice
 
 NO_SPACE = os.strerror(errno.ENOSPC)   # "No space left on device"
 AUDIO = (0.3 * np.sin(np.arange(24000) / 10.0)).astype(np.float32)

@@ -82,7 +82,7 @@ def main() -> int:
 
     model = Path(args.model) if args.model else None
     if model is None:
-        from vocable.convert import convert
+        from vocable.engine.convert import convert
         model = convert(TINY, home / "tiny.gguf", "f32")
     window.c.load_model(model)
     wait(lambda: window.c.model_status == "ready", what="a loaded model")

@@ -65,9 +65,9 @@ def malloc_heap_mib() -> tuple[float, float] | None:
 
 class Soak:
     def __init__(self, work: Path, seed: int):
-        from vocable.convert import convert
-        from vocable.history import History
-        from vocable.library import VoiceLibrary
+        from vocable.engine.convert import convert
+        from vocable.library.history import History
+        from vocable.library.voices import VoiceLibrary
 
         self.rng = random.Random(seed)
         self.models = []
@@ -150,7 +150,7 @@ class Soak:
     def bad_input(self) -> None:
         from vocable import Voice
         from vocable.errors import AudioError, ModelError, VocableError, VoiceError
-        from vocable.audio_io import read_reference
+        from vocable.audio.files import read_reference
         kind = self.rng.choice(["empty", "language", "damaged", "voice-file", "audio-file", "model"])
         expected = {"empty": VocableError, "language": VocableError, "damaged": VocableError,
                     "voice-file": VoiceError, "audio-file": AudioError, "model": ModelError}[kind]
@@ -209,8 +209,8 @@ class Soak:
         self.count(op)
 
     def verify_saved(self) -> None:
-        from vocable.library import VoiceLibrary
-        from vocable.history import History
+        from vocable.library.voices import VoiceLibrary
+        from vocable.library.history import History
         library, history = VoiceLibrary(self.library.root), History(self.history.root)
         voice_ids = {e.id for e in library.entries()}
         history_ids = {e.id for e in history.entries()}

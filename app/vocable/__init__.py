@@ -7,7 +7,7 @@ The engine is native (C++ on ggml, module `vocable._engine`); this package wraps
 from ._engine import EngineError, __version__
 from .engine import IN_CONTEXT, X_VECTOR, AudioChunk, Engine, Progress, Synthesis, SynthesisResult
 from .errors import AudioDeviceError, AudioError, ModelError, SynthesisCancelled, VocableError, VoiceError
-from .voice import Voice
+from .library.voice import Voice
 
 __all__ = ["IN_CONTEXT", "X_VECTOR", "AudioChunk", "AudioDeviceError", "AudioError", "Engine", "EngineError",
            "ModelError", "Progress", "Synthesis", "SynthesisCancelled", "SynthesisResult", "VocableError", "Voice",

@@ -7,14 +7,14 @@ import sys
 import threading
 from pathlib import Path
 
-from . import runaway
+from .engine import runaway
 from .engine import FILE_BATCH
 from .errors import VocableError
-from .text import expected_speech_seconds
+from .engine.text import expected_speech_seconds
 
 
 def _cmd_convert(args) -> int:
-    from .convert import ConversionError, convert, print_progress
+    from .engine.convert import ConversionError, convert, print_progress
 
     out = Path(args.out)
     if out.is_dir():
@@ -31,8 +31,8 @@ def _cmd_convert(args) -> int:
 def _checked_reference(path: str):
     """The reference clip read and checked as the app checks it (not trimmed: the command line
     clones the file as it is), with its warnings and notes printed; AudioError when unusable."""
-    from .audio_io import read_reference
-    from .reference import check_reference
+    from .audio.files import read_reference
+    from .audio.reference import check_reference
 
     samples, rate, seconds = read_reference(path)
     check = check_reference(samples, rate, trim=False, source_seconds=seconds)
@@ -127,8 +127,9 @@ class _ProgressLine:
 
 
 def _cmd_say(args) -> int:
-    from .engine import Engine, _file_format, write_audio
-    from .voice import Voice
+    from .engine import Engine
+    from .audio.files import _file_format, write_audio
+    from .library.voice import Voice
 
     out = Path(args.out)
     _file_format(out)
@@ -141,7 +142,7 @@ def _cmd_say(args) -> int:
         player = None
         if args.play:
             from .errors import AudioDeviceError
-            from .playback import StreamPlayer
+            from .audio.playback import StreamPlayer
             try:
                 device = int(args.device) if args.device and args.device.isdigit() else args.device
                 player = StreamPlayer(engine.sample_rate, device=device, expected_seconds=expected_speech_seconds(text),
@@ -204,15 +205,15 @@ def _cmd_gui(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from .bench import run_bench
+    from .bench.runner import run_bench
     return run_bench(args)
 
 
 def _cmd_about(args) -> int:
     from . import about
     from .errors import ModelError
-    from .models import ModelStore
-    from .settings import Settings
+    from .engine.models import ModelStore
+    from .library.settings import Settings
 
     described = None
     in_use = Settings.load().model_path

@@ -1,5 +1,5 @@
 // GGUF metadata keys and tensor-name conventions of the engine's model file. The converter
-// (app/vocable/convert.py) writes exactly these; keep the two in step (the tests convert the
+// (app/vocable/engine/convert.py) writes exactly these; keep the two in step (the tests convert the
 // reference checkpoints and load them, and the loader checks every shape it reads).
 #pragma once
 

@@ -241,7 +241,7 @@ void model_loader::read_weights(FILE * file, size_t data_offset, ggml_backend_t 
     }
 }
 
-// The types the converter writes (app/vocable/convert.py, _choose_type): vectors, codebooks and
+// The types the converter writes (app/vocable/engine/convert.py, _choose_type): vectors, codebooks and
 // the speaker and codec encoders stay f32; the codec decoder is f32 or f16; the talker and the
 // code predictor may be quantised. A tensor of any other type (an integer or f64 matrix, a
 // quantised norm) would crash or mislead the graph ops, so it is refused here.

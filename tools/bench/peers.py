@@ -4,7 +4,7 @@
 Every engine synthesizes the same text for the same number of frames (--frames, default 100,
 8 s of audio) in x-vector mode with a voice made once from the same reference clip, greedy,
 consuming its audio stream chunk by chunk as a player would. By default the model is the
-bench's random-weight one with the real Qwen3-TTS-12Hz-0.6B-Base shapes (vocable.bench_model,
+bench's random-weight one with the real Qwen3-TTS-12Hz-0.6B-Base shapes (vocable.bench.model,
 built and cached once); each peer converts that same Hugging Face folder with its own converter,
 once per weight type (cached under <cache>/peers/). Each engine and weight type runs in a child
 process of its own: it loads the model, makes the voice, runs 1 warm-up and --repeats timed
@@ -778,7 +778,7 @@ def run_peer(s: Setup, engine: str, weight_type: str, model: Path | str, clip: P
 
 def run_pytorch(s: Setup, clip: Path) -> Row:
     """The official package through `vocable bench`'s reference script, in its own process."""
-    from vocable.bench import SYNTHESIS_SCRIPT, TOOLS_DIR
+    from vocable.bench.runner import SYNTHESIS_SCRIPT, TOOLS_DIR
 
     script = TOOLS_DIR / SYNTHESIS_SCRIPT
     outputs = s.work / f"pytorch-{os.getpid()}.npz"
@@ -863,8 +863,8 @@ def main(argv: list[str] | None = None) -> int:
         requantize_qwentts(*a.child_quantize)
         return 0
 
-    from vocable.bench import GEN_LANGUAGE, GEN_TEXT, cpu_name, find_reference_python, make_reference_clip
-    from vocable.bench_model import default_cache_dir, ensure_bench_model, user_model
+    from vocable.bench.runner import GEN_LANGUAGE, GEN_TEXT, cpu_name, find_reference_python, make_reference_clip
+    from vocable.bench.model import default_cache_dir, ensure_bench_model, user_model
 
     cache = Path(a.cache_dir).expanduser() if a.cache_dir else default_cache_dir()
     load_before = _loadavg()

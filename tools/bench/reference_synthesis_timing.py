@@ -20,7 +20,7 @@ with torch.set_num_threads(--threads), timed as /work/shared/reference/bench_ref
 max_new_tokens = frames + 1 gives exactly `frames` codec frames: every forward after the prefill
 runs the code predictor for the previous token and one talker step, and the token sampled by
 the last forward is discarded by the package. The model folder must have the codec_head row of
-codec EOS zeroed (vocable.bench_model does) or greedy decoding may stop early.
+codec EOS zeroed (vocable.bench.model does) or greedy decoding may stop early.
 
 One warm-up call, then --repeats timed calls. With --decode-codes (an .npz of int32 [frames, 16]
 arrays, e.g. the engine's codes per weight type) each array is then decoded once by the same

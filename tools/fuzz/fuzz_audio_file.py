@@ -2,7 +2,7 @@
 decoders, then the rate, channel and size checks): any bytes give samples or an AudioError."""
 import numpy as np
 
-from vocable.audio_io import read_reference
+from vocable.audio.files import read_reference
 from vocable.errors import AudioError
 
 from harness import ScratchFile, run

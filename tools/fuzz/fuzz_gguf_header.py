@@ -2,8 +2,8 @@
 model list) and the text tokenizer built from the header's tokenizer files. Any bytes give the
 values or a ModelError."""
 from vocable.errors import ModelError
-from vocable.gguf_header import read_gguf_header
-from vocable.text import GGUF_TOKENIZER_KEYS, TextTokenizer
+from vocable.engine.gguf_header import read_gguf_header
+from vocable.engine.text import GGUF_TOKENIZER_KEYS, TextTokenizer
 
 from harness import ScratchFile, run
 

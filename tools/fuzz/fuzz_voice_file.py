@@ -1,7 +1,7 @@
 """Fuzzes the voice file reader (Voice.load, which the library's import uses too): any bytes
 give a Voice or a VoiceError."""
 from vocable.errors import VoiceError
-from vocable.voice import Voice
+from vocable.library.voice import Voice
 
 from harness import ScratchFile, run
 

@@ -52,7 +52,7 @@ def reference_seeds(seeds: Path) -> None:
 
 
 def voice_seeds(seeds: Path) -> None:
-    from vocable.voice import Voice
+    from vocable.library.voice import Voice
     embedding = np.load(FIXTURE / "reference" / "speaker_embedding.npy")
     codes = np.load(FIXTURE / "reference" / "ref_codes.npy").astype(np.int32)
     path = seeds / "voice_file" / "valid.voice"

@@ -27,7 +27,7 @@ INSTALLED_MODEL = "installed"   # --selftest's MODEL for "the one the app finds 
 
 def setup_logging(verbose: bool = False) -> Path | None:
     """Logs to <log folder>/vocable.log (rotated) and warnings to stderr; returns the log file."""
-    from ..paths import log_dir
+    from ..library.paths import log_dir
 
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -158,7 +158,7 @@ class SelfTest:
         self._say(f"Qt platform: {QGuiApplication.platformName()}")
         c.refresh_audio(wait=True)
         if self.model is None:
-            from ..paths import models_dir
+            from ..library.paths import models_dir
             self._say(f"starting as the app does (models folder: {models_dir()})")
             c.start()
             return
@@ -167,7 +167,7 @@ class SelfTest:
 
     def _model_state(self, state: str, text: str) -> None:
         if self._stage == "model" and state == "none":
-            from ..paths import models_dir
+            from ..library.paths import models_dir
             self._fail(f"no model installed: the models folder {models_dir()} has none and the settings name none")
         if self._stage == "model" and state == "ready":
             self._stage = "reference"

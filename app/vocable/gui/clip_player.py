@@ -155,7 +155,7 @@ class ClipPlayer(QObject):
         self._set_state(PLAYING)
 
         def open_player():
-            from ..playback import StreamPlayer
+            from ..audio.playback import StreamPlayer
             try:
                 player = StreamPlayer(rate, device=device)
                 player.write(samples)

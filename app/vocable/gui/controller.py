@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from .. import runaway
+from ..engine import runaway
 from ..about import model_license
 from ..errors import AudioDeviceError, ModelError, VocableError
-from ..models import DEFAULT_REPO
+from ..engine.models import DEFAULT_REPO
 from . import workers
 from .clip_player import ClipPlayer
 from .workers import (EmbedWorker, FunctionWorker, LoadModelWorker, ModelTaskWorker, SynthesisRequest,
@@ -62,8 +62,8 @@ def query_audio_devices() -> AudioAvailability:
     if os.environ.get(NO_AUDIO_ENV, "") not in ("", "0"):
         a.output_reason = a.input_reason = f"audio is turned off ({NO_AUDIO_ENV} is set)"
         return a
-    from ..playback import output_devices
-    from ..recorder import input_devices
+    from ..audio.playback import output_devices
+    from ..audio.recorder import input_devices
     a.outputs, a.output_reason = _device_names(output_devices, "audio output")
     a.inputs, a.input_reason = _device_names(input_devices, "microphone or other audio input")
     a.output, a.input = bool(a.outputs), bool(a.inputs)
@@ -121,10 +121,10 @@ class Controller(QObject):
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
-        from ..history import History
-        from ..library import VoiceLibrary
-        from ..models import ModelStore
-        from ..settings import Settings
+        from ..library.history import History
+        from ..library.voices import VoiceLibrary
+        from ..engine.models import ModelStore
+        from ..library.settings import Settings
 
         self.settings = Settings.load()
         self.models = ModelStore()
@@ -356,8 +356,8 @@ class Controller(QObject):
     def load_reference_file(self, path: Path) -> None:
         """Reads and checks an audio file on a worker; it becomes the reference."""
         path = Path(path)
-        from ..audio_io import read_reference
-        from ..reference import check_reference
+        from ..audio.files import read_reference
+        from ..audio.reference import check_reference
 
         def load(_worker):
             samples, rate, seconds = read_reference(path)
@@ -371,7 +371,7 @@ class Controller(QObject):
 
     def set_reference_samples(self, samples: np.ndarray, rate: int, name: str) -> None:
         """A recording becomes the reference (checked on a worker)."""
-        from ..reference import check_reference
+        from ..audio.reference import check_reference
         workers.start(FunctionWorker(lambda _w: check_reference(samples, rate, trim=True), "checking the recording"),
                       finished=lambda check: self._set_reference(Reference(name, check.samples, check.sample_rate,
                                                                            check)),
@@ -472,7 +472,7 @@ class Controller(QObject):
             return False
         from ..engine import FILE_BATCH
         if to_file is not None:
-            from ..audio_io import _file_format
+            from ..audio.files import _file_format
             try:
                 _file_format(Path(to_file))
             except VocableError as e:
@@ -602,7 +602,7 @@ class Controller(QObject):
 
     def save_result(self, path: Path) -> Path | None:
         """Writes the shown result (WAV, FLAC, OGG or MP3 by the extension)."""
-        from ..audio_io import write_audio
+        from ..audio.files import write_audio
         samples, rate = self.result_player.samples, self.result_player.sample_rate
         if samples.size == 0 or self.result_player.streaming:
             self.error.emit("Nothing to save", "Generate something first.")
@@ -786,7 +786,7 @@ class Controller(QObject):
             return
         if self._recorder is not None or self._record_starting:
             return
-        from .. import recorder as recorder_module
+        from ..audio import recorder as recorder_module
         self._record_stop_reason = None
         device = self._device(self.settings.input_device)
 
@@ -875,7 +875,7 @@ class Controller(QObject):
 
 def recorder_max_seconds() -> float:
     try:
-        from ..recorder import MAX_RECORD_SECONDS
+        from ..audio.recorder import MAX_RECORD_SECONDS
         return float(MAX_RECORD_SECONDS)
     except Exception:
         return 30.0

@@ -75,7 +75,7 @@ class MainWindow(QMainWindow):
         self.resize(1100, 760)
         self.last_error: tuple[str, str] | None = None
 
-        from ..paths import models_dir
+        from ..library.paths import models_dir
         self.setup = SetupScreen(self.c, str(models_dir()))
         self.reference = ReferencePanel(self.c)
         self.speak = SpeakPanel(self.c)
@@ -311,7 +311,7 @@ class MainWindow(QMainWindow):
             self.c.update_settings(**dialog.values())
 
     def open_log_folder(self) -> None:
-        from ..paths import log_dir
+        from ..library.paths import log_dir
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(log_dir())))
 
     def about(self) -> None:

@@ -88,7 +88,7 @@ class Worker(QObject):
 
 
 def _is_cancellation(e: BaseException) -> bool:
-    from ..convert import ConversionCancelled
+    from ..engine.convert import ConversionCancelled
     return isinstance(e, (SynthesisCancelled, ConversionCancelled)) or "cancel" in type(e).__name__.lower()
 
 
@@ -335,7 +335,7 @@ class SynthesisWorker(Worker):
         if player is not None:
             player.finish()
         if req.out_path is not None:
-            from ..audio_io import write_audio
+            from ..audio.files import write_audio
             write_audio(req.out_path, result.audio, result.sample_rate)
         self.stats.emit(self._stats(stream, done=True))
         return result
@@ -352,8 +352,8 @@ class SynthesisWorker(Worker):
                               None if player is None else player.waiting)
 
     def _open_player(self, rate: int):
-        from ..playback import StreamPlayer
-        from ..text import expected_speech_seconds
+        from ..audio.playback import StreamPlayer
+        from ..engine.text import expected_speech_seconds
         try:
             player = StreamPlayer(rate, device=self.request.output_device,
                                   expected_seconds=expected_speech_seconds(self.request.text),

@@ -27,8 +27,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelError, VocableError
-from .untrusted import parse_json
+from ..errors import ModelError, VocableError
+from ..untrusted import parse_json
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import paths
+from ..library import paths
 from .convert import ARCH, FORMAT_VERSION, WEIGHT_TYPES, ConversionCancelled, ConversionError
-from .errors import ModelError, VocableError
+from ..errors import ModelError, VocableError
 from .gguf_header import read_gguf_header
 
-log = logging.getLogger("vocable.models")
+log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[float, str], None]
 

@@ -40,8 +40,8 @@ import time
 
 import numpy as np
 
-from . import audio_devices
-from .errors import AudioDeviceError
+from . import devices as audio_devices
+from ..errors import AudioDeviceError
 
 DEFAULT_PREROLL_SEC = 0.25
 MAX_PREROLL_SEC = 2.0

@@ -12,7 +12,7 @@ import struct
 from pathlib import Path
 from typing import Collection
 
-from .errors import ModelError
+from ..errors import ModelError
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9

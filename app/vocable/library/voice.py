@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import VoiceError
+from ..errors import VoiceError
 
 VOICE_FORMAT = "vocable-voice"
 VOICE_FORMAT_VERSION = 1

@@ -24,10 +24,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import paths
-from .errors import VocableError, VoiceError
+from ..errors import VocableError, VoiceError
 from .voice import Voice, read_voice_file, write_voice_file
 
-log = logging.getLogger("vocable.library")
+log = logging.getLogger(__name__)
 
 SUFFIX = ".safetensors"
 MAX_NAME_CHARS = 200

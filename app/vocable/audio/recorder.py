@@ -28,8 +28,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import audio_devices
-from .errors import AudioDeviceError
+from . import devices as audio_devices
+from ..errors import AudioDeviceError
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ ProgressFn = Callable[[str], None]
 def data_path(name: str) -> Path:
     """A file shipped in the package's data folder (also in a frozen build, whose bundler
     must include vocable/data)."""
-    return Path(__file__).resolve().parent / "data" / name
+    return Path(__file__).resolve().parent.parent / "data" / name
 
 
 # ---- what to build --------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def real_0_6b_spec(seed: int = DEFAULT_SEED) -> ModelSpec:
 def spec_from_folder(folder: Path, seed: int = DEFAULT_SEED, name: str | None = None) -> ModelSpec:
     """The layout of an existing HF model folder (configs and tensor shapes, not values):
     lets tests run the benchmark on a small model through the same builder."""
-    from .safetensors_reader import open_checkpoint
+    from ..engine.safetensors_reader import open_checkpoint
 
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -397,7 +397,8 @@ def default_cache_dir() -> Path:
 
 def _converter_key() -> str:
     """Changes when the converter does: a cached GGUF from an older converter is redone."""
-    from . import __version__, convert
+    from .. import __version__
+    from ..engine import convert
     try:
         src = Path(convert.__file__).read_bytes()
     except OSError:   # frozen build without sources
@@ -427,7 +428,7 @@ def ensure_gguf(hf_dir: Path, gguf: Path, source_key: str, weight_type: str,
                 progress: ProgressFn | None = None) -> float | None:
     """Converts `hf_dir` to `gguf` unless a conversion of the same source by the same converter
     is there already. Returns the conversion time, None when the cached file was kept."""
-    from .convert import convert
+    from ..engine.convert import convert
 
     stamp_path = gguf.with_name(gguf.name + ".json")
     want = {"source": source_key, "converter": _converter_key(), "weight_type": weight_type}

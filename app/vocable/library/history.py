@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from . import paths
-from .audio_io import _file_format, read_audio, write_audio
-from .errors import AudioError, VocableError
-from .untrusted import parse_json
+from ..audio.files import _file_format, read_audio, write_audio
+from ..errors import AudioError, VocableError
+from ..untrusted import parse_json
 
-log = logging.getLogger("vocable.history")
+log = logging.getLogger(__name__)
 
 FORMAT = "vocable-history"
 FORMAT_VERSION = 1
@@ -154,7 +154,7 @@ class History:
         entry = self.entry(entry_id)
         dest = Path(dest)
         if dest.is_dir():
-            from .library import slug
+            from .voices import slug
             dest = dest / f"{slug(entry.text, 40) or 'speech'}-{entry.id}.wav"
         _file_format(dest)  # a wrong extension or folder fails before the audio is read
         samples, rate = self.load_audio(entry_id)

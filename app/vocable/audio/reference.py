@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .audio_io import ENGINE_RATE, MAX_RATE, MAX_REFERENCE_SECONDS, MIN_RATE, MIN_REFERENCE_SECONDS, prepare_reference
-from .errors import AudioError
+from .files import ENGINE_RATE, MAX_RATE, MAX_REFERENCE_SECONDS, MIN_RATE, MIN_REFERENCE_SECONDS, prepare_reference
+from ..errors import AudioError
 
 FRAME_SECONDS = 0.030
 FLOOR_PERCENTILE = 10

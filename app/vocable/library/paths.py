@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from .errors import VocableError
+from ..errors import VocableError
 
 APP_NAME = "Vocable"
 HOME_ENV = "VOCABLE_HOME"

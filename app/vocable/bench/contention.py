@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .errors import VocableError
+from ..errors import VocableError
 
 TARGET_BUSY_RATIO = 1.6      # with one busy process
 TARGET_ENGINES_RATIO = 2.3   # two engines at once (one in the background)
@@ -30,7 +30,7 @@ _THREADS_LINE = re.compile(r"\[Perf\] threads: \d+ -> (\d+)")
 def engine_load_loop(gguf: str, clip_path: str, threads: str, text: str, language: str, frames: str) -> None:
     """A background engine (run in a child process): synthesizes `text` over and over until it
     is killed; prints "ready" once its first synthesis starts."""
-    from .engine import Engine
+    from ..engine import Engine
 
     with Engine(gguf, threads=int(threads)) as engine:
         voice = engine.embed_voice(np.load(clip_path), 24000)
@@ -49,7 +49,7 @@ def background_work(busy: int, engines: int, engine_args: list[str]) -> Iterator
     try:
         for _ in range(busy):
             procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
-        loop = ("import sys; from vocable.bench_contention import engine_load_loop; "
+        loop = ("import sys; from vocable.bench.contention import engine_load_loop; "
                 "engine_load_loop(*sys.argv[1:])")
         starting = [subprocess.Popen([sys.executable, "-c", loop, *engine_args], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True) for _ in range(engines)]

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from .errors import VocableError
+from ..errors import VocableError
 
 TARGET_AVX512_SPEEDUP = 1.3
 CHILD_TIMEOUT_S = 1800
@@ -23,10 +23,10 @@ def variant_run(gguf: str, clip_path: str, threads: str, frames: str, repeats: s
     """In a child process: 1 warm-up + `repeats` timed syntheses; prints one JSON line."""
     import numpy as np
 
-    from . import _engine
-    from .bench import SAMPLE_RATE, _synthesize
-    from .bench_contention import measure
-    from .engine import Engine
+    from .. import _engine
+    from .runner import SAMPLE_RATE, _synthesize
+    from .contention import measure
+    from ..engine import Engine
 
     with Engine(gguf, threads=int(threads)) as engine:
         voice = engine.embed_voice(np.load(clip_path), SAMPLE_RATE)
@@ -45,7 +45,7 @@ def kernels_of(info: str) -> str | None:
 def compare(gguf: str, clip_path: str, threads: int, frames: int, repeats: int, variants: list[str]) -> dict:
     """Each variant's timing (or its error), in the order given, with speed-ups over the first."""
     runs: dict[str, dict] = {}
-    code = ("import sys; from vocable.bench_variants import variant_run; variant_run(*sys.argv[1:])")
+    code = ("import sys; from vocable.bench.variants import variant_run; variant_run(*sys.argv[1:])")
     for variant in variants:
         env = dict(os.environ, VOCABLE_CPU_VARIANT=variant)
         try:

@@ -2,7 +2,7 @@
 device to open, each failing with an AudioDeviceError that says what is missing."""
 from __future__ import annotations
 
-from .errors import AudioDeviceError
+from ..errors import AudioDeviceError
 
 # kind -> (channel count field, what the user was doing, what is missing, why it may be missing)
 _KINDS = {

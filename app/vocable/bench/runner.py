@@ -56,8 +56,8 @@ from typing import Iterator
 
 import numpy as np
 
-from . import bench_batch, bench_contention, bench_memory, bench_variants
-from .errors import VocableError
+from . import batch as bench_batch, contention as bench_contention, memory as bench_memory, variants as bench_variants
+from ..errors import VocableError
 
 SAMPLE_RATE = 24000
 REFERENCE_PYTHON_ENV = "VOCABLE_REFERENCE_PYTHON"
@@ -357,7 +357,7 @@ def synthesis_runs(engine, inp: BenchInput) -> dict[str, TypeRuns]:
     reference process."""
     if "synthesis_runs" in inp.shared:
         return inp.shared["synthesis_runs"]
-    from .engine import X_VECTOR, Engine
+    from ..engine import X_VECTOR, Engine
 
     voice = engine.embed_voice(inp.clip, SAMPLE_RATE)   # no transcript: x-vector mode
     speaker = np.asarray(voice.speaker_embedding, dtype=np.float32)
@@ -965,10 +965,10 @@ def run_bench(args) -> int:
     """`vocable bench`. Reads args.threads, args.ref_seconds, args.repeats, args.cache_dir,
     args.no_reference and (optional) args.model: an HF folder or .gguf to use instead of the
     random full-size model. Returns the exit status."""
-    from . import __version__
-    from .bench_model import default_cache_dir, ensure_bench_model, user_model
-    from .convert import ConversionError
-    from .engine import Engine
+    from .. import __version__
+    from .model import default_cache_dir, ensure_bench_model, user_model
+    from ..engine.convert import ConversionError
+    from ..engine import Engine
 
     threads = int(args.threads or 2)
     repeats = int(args.repeats)
@@ -1017,7 +1017,7 @@ def run_bench(args) -> int:
 
 def parse_types(value) -> list[str]:
     """--types: a comma-separated string or a list of weight types (default: all four)."""
-    from .convert import WEIGHT_TYPES
+    from ..engine.convert import WEIGHT_TYPES
 
     if not value:
         return list(DEFAULT_TYPES)
@@ -1038,7 +1038,7 @@ def _loadavg() -> float | None:
 
 
 def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -> int:
-    from . import _engine
+    from .. import _engine
     ours: dict[str, GroupResult] = {}
     load_before = _loadavg()
     _say(f"engine: {model.gguf.name}, {inp.threads} thread(s)")
@@ -1059,7 +1059,7 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
             contention = contention_runs(engine, inp, busy, engines)
     long_text: dict[str, dict] = {}
     if not getattr(args, "no_long_text", False):
-        from .engine import FILE_BATCH
+        from ..engine import FILE_BATCH
         long_text = long_text_runs(engine, inp, int(getattr(args, "batch", None) or FILE_BATCH))
     memory: dict[str, dict] = {}
     if "speaker_path" in inp.shared:   # the synthesis stages ran and saved the voice
@@ -1139,7 +1139,7 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
 def _per_type(engine, inp: BenchInput, types: list[str], what: str, run) -> dict[str, dict]:
     """run(engine, voice) for each weight type, on the main engine or one loaded for the type
     (closed after), with the bench clip's voice; a VocableError becomes {"error": why}."""
-    from .engine import Engine
+    from ..engine import Engine
 
     out: dict[str, dict] = {}
     for wt in types:

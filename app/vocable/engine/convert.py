@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .safetensors_reader import SafetensorsError, TensorRef, open_checkpoint
-from .untrusted import parse_json
+from ..untrusted import parse_json
 
 ARCH = "qwen3-tts"
 FORMAT_VERSION = 2  # native/src/gguf-names.h QT_FORMAT_VERSION
@@ -485,7 +485,7 @@ def _encode(block: np.ndarray, ggml_type: int) -> np.ndarray:
         return np.ascontiguousarray(block, dtype=np.float32)
     if ggml_type == T.F16:
         return block.astype(np.float16)
-    from . import _engine
+    from .. import _engine
     return _engine.quantize(block.reshape(-1, block.shape[-1]), int(ggml_type))
 
 

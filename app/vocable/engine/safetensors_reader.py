@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .untrusted import parse_json
+from ..untrusted import parse_json
 
 _DTYPES = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2), "BF16": (np.dtype("<u2"), 2),
            "I64": (np.dtype("<i8"), 8), "I32": (np.dtype("<i4"), 4), "BOOL": (np.dtype("u1"), 1),

@@ -25,11 +25,11 @@ from typing import Iterator
 
 import numpy as np
 
-from . import _engine
-from .audio_io import FILE_FORMATS, _file_format, prepare_reference, write_audio  # noqa: F401 (re-exported)
-from .errors import ModelError, SynthesisCancelled, VocableError
+from .. import _engine
+from ..audio.files import FILE_FORMATS, _file_format, prepare_reference, write_audio  # noqa: F401 (re-exported)
+from ..errors import ModelError, SynthesisCancelled, VocableError
 from .runaway import RunawayStop, RunawayWatch
-from .voice import Voice
+from ..library.voice import Voice
 
 LANGUAGES_KEY = "qwen3-tts.talker.language_names"
 X_VECTOR = "x-vector"

@@ -38,8 +38,9 @@ def synthesis_run(gguf: str, speaker_path: str, threads: str, frames: str) -> No
     """In a child process: one synthesis; prints one JSON line with its peak RSS."""
     import numpy as np
 
-    from .bench import GEN_LANGUAGE, GEN_TEXT
-    from .engine import Engine, Voice
+    from .runner import GEN_LANGUAGE, GEN_TEXT
+    from ..engine import Engine
+    from ..library.voice import Voice
 
     voice = Voice(np.load(speaker_path))
     with Engine(gguf, threads=int(threads)) as engine:
@@ -49,7 +50,7 @@ def synthesis_run(gguf: str, speaker_path: str, threads: str, frames: str) -> No
 
 def peak_rss(gguf: str, speaker_path: str, threads: int, frames: int, weight_type: str) -> dict:
     """{"peak_rss_bytes", "frames"} and the target where there is one, or {"error": why}."""
-    code = "import sys; from vocable.bench_memory import synthesis_run; synthesis_run(*sys.argv[1:])"
+    code = "import sys; from vocable.bench.memory import synthesis_run; synthesis_run(*sys.argv[1:])"
     try:
         proc = subprocess.run([sys.executable, "-c", code, gguf, speaker_path, str(threads), str(frames)],
                               capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)

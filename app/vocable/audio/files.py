@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import AudioError
+from ..errors import AudioError
 
 ENGINE_RATE = 24000
 MIN_REFERENCE_SECONDS = 1.0
@@ -86,7 +86,7 @@ def write_audio(path: str | os.PathLike, samples: np.ndarray, sample_rate: int, 
     MP3 needs libsndfile 1.1 or newer; without it this raises an AudioError that says so."""
     import soundfile as sf
 
-    from .paths import atomic_write_bytes
+    from ..library.paths import atomic_write_bytes
 
     path = Path(path)
     fmt, default_subtype = _file_format(path)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import paths
-from .errors import VocableError
-from .untrusted import parse_json
+from ..errors import VocableError
+from ..untrusted import parse_json
 
-log = logging.getLogger("vocable.settings")
+log = logging.getLogger(__name__)
 
 FILE_NAME = "settings.json"
 WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_k")   # convert.WEIGHT_TYPES (not imported: it pulls in numpy)
