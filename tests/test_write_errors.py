@@ -12,7 +12,7 @@ import pytest
 
 from conftest import fixture_dir
 from test_library import write_limit
-from vocable.library import paths
+from vocable import store
 from vocable.audio.files import write_audio
 from vocable.errors import AudioError, ModelError, VocableError, VoiceError
 from vocable.library.history import History, HistoryError
@@ -54,7 +54,7 @@ def disk_full(monkeypatch):
 
 
 def temp_files(folder):
-    return [p.name for p in folder.rglob(f"*{paths.TMP_SUFFIX}")]
+    return [p.name for p in folder.rglob(f"*{store.TMP_SUFFIX}")]
 
 
 @pytest.mark.parametrize("suffix", [".wav", ".flac", ".ogg", ".mp3"])

@@ -86,7 +86,7 @@ def write_audio(path: str | os.PathLike, samples: np.ndarray, sample_rate: int, 
     MP3 needs libsndfile 1.1 or newer; without it this raises an AudioError that says so."""
     import soundfile as sf
 
-    from ..library.paths import atomic_write_bytes
+    from ..store import atomic_write_bytes
 
     path = Path(path)
     fmt, default_subtype = _file_format(path)

@@ -33,7 +33,8 @@ from typing import Callable
 
 from ..library import paths
 from .convert import ARCH, FORMAT_VERSION, WEIGHT_TYPES, ConversionCancelled, ConversionError
-from ..errors import ModelError, VocableError
+from ..errors import ModelError
+from ..store import FileFolder, atomic_copy
 from .gguf_header import read_gguf_header
 
 log = logging.getLogger(__name__)
@@ -76,37 +77,19 @@ class ModelStore:
     """The converted models in a folder (default: paths.models_dir())."""
 
     def __init__(self, root: Path | None = None):
-        try:
-            self.root = paths.ensure_dir(Path(root)) if root is not None else paths.models_dir()
-        except VocableError as e:
-            raise ModelError(f"cannot open the models folder: {e}") from None
-        paths.remove_stale_temp_files(self.root)
+        self._files = FileFolder(root, paths.models_dir, self.describe, ModelError, "the models folder")
+        self.root = self._files.root
         now = time.time()
         for partial in self.root.glob("*.partial"):  # convert()'s file, left by a crash
             with contextlib.suppress(OSError):
                 if now - partial.stat().st_mtime > 3600:
                     partial.unlink()
-        self._cache: dict[Path, tuple[tuple[int, int], ModelEntry]] = {}
 
     def entries(self) -> list[ModelEntry]:
         """The models in the store, by name; files that are not usable models are skipped and
         logged."""
-        out = []
-        try:
-            files = [p for p in self.root.glob("*" + SUFFIX) if not p.name.startswith(".")]
-        except OSError as e:
-            raise ModelError(f"cannot list the models folder {self.root}: {e.strerror or e}") from e
-        for path in files:
-            try:
-                st = path.stat()
-                stamp = (st.st_mtime_ns, st.st_size)
-                cached = self._cache.get(path)
-                if cached is None or cached[0] != stamp:
-                    cached = (stamp, self.describe(path))
-                    self._cache[path] = cached
-                out.append(cached[1])
-            except (ModelError, OSError) as e:
-                log.warning("skipping %s in the models folder: %s", path.name, e)
+        out = self._files.read_each(self._files.files("*" + SUFFIX),
+                                    lambda path, e: log.warning("skipping %s in the models folder: %s", path.name, e))
         return sorted(out, key=lambda e: (e.name.casefold(), e.path.name))
 
     def describe(self, gguf: Path) -> ModelEntry:
@@ -155,7 +138,7 @@ class ModelStore:
         self._check_space(entry.size_bytes, f"copy {gguf.name}")
         dest = self._unique(gguf.name if gguf.suffix.lower() == SUFFIX else gguf.stem + SUFFIX)
         try:
-            paths.atomic_copy(gguf, dest)
+            atomic_copy(gguf, dest)
         except OSError as e:
             raise ModelError(f"cannot copy {gguf} to {dest}: {e.strerror or e}") from e
         log.info("model %s added as %s", gguf, dest.name)

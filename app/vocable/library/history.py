@@ -28,6 +28,7 @@ import numpy as np
 from . import paths
 from ..audio.files import _file_format, read_audio, write_audio
 from ..errors import AudioError, VocableError
+from ..store import FileFolder, atomic_write_text
 from ..untrusted import parse_json
 
 log = logging.getLogger(__name__)
@@ -82,13 +83,9 @@ class History:
     """The generations kept in a folder (default: paths.history_dir())."""
 
     def __init__(self, root: Path | None = None):
-        try:
-            self.root = paths.ensure_dir(Path(root)) if root is not None else paths.history_dir()
-        except VocableError as e:
-            raise HistoryError(f"cannot open the history: {e}") from None
-        paths.remove_stale_temp_files(self.root)
+        self._files = FileFolder(root, paths.history_dir, self._read, HistoryError, "the history")
+        self.root = self._files.root
         self._remove_orphans()
-        self._cache: dict[Path, tuple[tuple[int, int], HistoryEntry]] = {}
 
     def add(self, text: str, voice_name: str, settings: dict, audio: np.ndarray, sample_rate: int) -> HistoryEntry:
         """Keeps a generation; returns its entry. AudioError for unusable audio, HistoryError
@@ -114,7 +111,7 @@ class History:
                   "seconds": x.size / float(sample_rate), "sample_rate": int(sample_rate), "audio": audio_path.name}
         json_path = self.root / f"{entry_id}.json"
         try:
-            paths.atomic_write_text(json_path, json.dumps(record, ensure_ascii=False, indent=1))
+            atomic_write_text(json_path, json.dumps(record, ensure_ascii=False, indent=1))
         except OSError as e:
             with contextlib.suppress(OSError):
                 audio_path.unlink()
@@ -124,16 +121,8 @@ class History:
 
     def entries(self) -> list[HistoryEntry]:
         """Every entry, newest first; unreadable ones are skipped and logged."""
-        out = []
-        try:
-            files = [p for p in self.root.glob("*.json") if _ID.match(p.stem)]
-        except OSError as e:
-            raise HistoryError(f"cannot list the history {self.root}: {e.strerror or e}") from e
-        for path in files:
-            try:
-                out.append(self._read_cached(path))
-            except (HistoryError, OSError) as e:
-                log.warning("skipping a history entry: %s", e)
+        files = [p for p in self._files.files("*.json") if _ID.match(p.stem)]
+        out = self._files.read_each(files, lambda path, e: log.warning("skipping a history entry: %s", e))
         return sorted(out, key=lambda e: (e.created, e.id), reverse=True)
 
     def entry(self, entry_id: str) -> HistoryEntry:
@@ -168,7 +157,7 @@ class History:
             raise HistoryError(f"there is no history entry {entry_id!r} (deleted already?)") from None
         except OSError as e:
             raise HistoryError(f"cannot delete the history entry {entry_id}: {e.strerror or e}") from e
-        self._cache.pop(json_path, None)
+        self._files.forget(json_path)
         with contextlib.suppress(OSError):
             (self.root / f"{entry_id}.flac").unlink()
 
@@ -187,15 +176,6 @@ class History:
         if not path.is_file():
             raise HistoryError(f"there is no history entry {entry_id!r} (deleted?)")
         return path
-
-    def _read_cached(self, path: Path) -> HistoryEntry:
-        st = path.stat()
-        stamp = (st.st_mtime_ns, st.st_size)
-        cached = self._cache.get(path)
-        if cached is None or cached[0] != stamp:
-            cached = (stamp, self._read(path))
-            self._cache[path] = cached
-        return cached[1]
 
     def _read(self, path: Path) -> HistoryEntry:
         name = path.name

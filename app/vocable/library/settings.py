@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import paths
+from ..store import atomic_write_text
 from ..errors import VocableError
 from ..untrusted import parse_json
 
@@ -88,7 +89,7 @@ class Settings:
                 raise VocableError(f"cannot save the settings: {e}") from None
         path = Path(path) if path is not None else self.default_path()
         try:
-            paths.atomic_write_text(path, json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n")
+            atomic_write_text(path, json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False) + "\n")
         except OSError as e:
             raise VocableError(f"cannot save the settings to {path}: {e.strerror or e}") from e
 

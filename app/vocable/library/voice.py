@@ -168,7 +168,7 @@ def write_voice_file(path: Path, voice: Voice, metadata: dict[str, str] | None =
     from safetensors import SafetensorError
     from safetensors.numpy import save
 
-    from .paths import atomic_write_bytes
+    from ..store import atomic_write_bytes
 
     check_voice(voice, f"cannot write the voice file {path}")
     tensors = {"speaker_embedding": voice.speaker_embedding}

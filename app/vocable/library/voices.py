@@ -24,7 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import paths
-from ..errors import VocableError, VoiceError
+from ..errors import VoiceError
+from ..store import FileFolder
 from .voice import Voice, read_voice_file, write_voice_file
 
 log = logging.getLogger(__name__)
@@ -88,42 +89,24 @@ class VoiceLibrary:
     atomic rename)."""
 
     def __init__(self, root: Path | None = None):
-        try:
-            self.root = paths.ensure_dir(Path(root)) if root is not None else paths.voices_dir()
-        except VocableError as e:
-            raise VoiceError(f"cannot open the voice library: {e}") from None
-        paths.remove_stale_temp_files(self.root)
-        self._cache: dict[Path, tuple[tuple[int, int], VoiceEntry]] = {}
+        self._files = FileFolder(root, paths.voices_dir, self._read_entry, VoiceError, "the voice library")
+        self.root = self._files.root
 
     # -- reading ---------------------------------------------------------------------------------
 
     def entries(self) -> list[VoiceEntry]:
         """Every readable voice, by name (then date); unreadable files are skipped and logged."""
-        out = []
-        try:
-            files = sorted(p for p in self.root.glob("*" + SUFFIX) if not p.name.startswith("."))
-        except OSError as e:
-            raise VoiceError(f"cannot list the voice library {self.root}: {e.strerror or e}") from e
-        for path in files:
-            if not _ID.match(path.stem):
+        files = []
+        for path in sorted(self._files.files("*" + SUFFIX)):
+            if _ID.match(path.stem):
+                files.append(path)
+            else:
                 log.warning("skipping %s in the voice library: not a name Vocable gives voice files", path.name)
-                continue
-            try:
-                st = path.stat()
-                stamp = (st.st_mtime_ns, st.st_size)
-                cached = self._cache.get(path)
-                if cached is None or cached[0] != stamp:
-                    voice, meta = read_voice_file(path)
-                    cached = (stamp, self._entry(path, voice, meta))
-                    self._cache[path] = cached
-                out.append(cached[1])
-            except (VoiceError, OSError) as e:
-                log.warning("skipping an unreadable voice file: %s", e)
+        out = self._files.read_each(files, lambda path, e: log.warning("skipping an unreadable voice file: %s", e))
         return sorted(out, key=lambda e: (e.name.casefold(), e.created, e.id))
 
     def entry(self, voice_id: str) -> VoiceEntry:
-        voice, meta = read_voice_file(self._path(voice_id))
-        return self._entry(self._path(voice_id), voice, meta)
+        return self._read_entry(self._path(voice_id))
 
     def load(self, voice_id: str) -> Voice:
         """The voice, named as in the library."""
@@ -158,7 +141,7 @@ class VoiceLibrary:
             raise VoiceError(f"there is no voice {voice_id!r} in the library (deleted already?)") from None
         except OSError as e:
             raise VoiceError(f"cannot delete the voice file {path}: {e.strerror or e}") from e
-        self._cache.pop(path, None)
+        self._files.forget(path)
 
     def export(self, voice_id: str, dest: Path) -> Path:
         """Copies the voice to `dest` (a file, or a folder to put `<name>.safetensors` in);
@@ -209,7 +192,8 @@ class VoiceLibrary:
                 return path
 
     @staticmethod
-    def _entry(path: Path, voice: Voice, meta: dict[str, str]) -> VoiceEntry:
+    def _read_entry(path: Path) -> VoiceEntry:
+        voice, meta = read_voice_file(path)
         return VoiceEntry(path.stem, meta.get("name") or path.stem, path, _parse_created(meta, path),
                           float(voice.reference_seconds), voice.codes is not None, voice.ref_text,
                           voice.model_variant)
