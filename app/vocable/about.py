@@ -156,13 +156,11 @@ def _bundled_libraries() -> list[Component]:
                                "audio file formats, inside soundfile", copying))
     except (ImportError, OSError, metadata.PackageNotFoundError):
         pass
-    try:
-        import PySide6.QtCore
+    pyside = _pyside_version()
+    if pyside:
         # LGPL-3.0 is a set of permissions added to GPL-3.0, so both texts go with it.
-        extra.append(Component("Qt", PySide6.QtCore.qVersion(), "LGPL-3.0-only",
+        extra.append(Component("Qt", _qt_version(pyside), "LGPL-3.0-only",
                                "user interface libraries, inside PySide6", _standard_texts("LGPL-3.0 GPL-3.0")))
-    except ImportError:
-        pass
     try:
         import sounddevice
         text = _read(DATA / "licenses" / "PortAudio.txt")
@@ -217,6 +215,21 @@ def components() -> list[Component]:
     return found
 
 
+def _pyside_version() -> str | None:
+    """PySide6's version from its metadata: importing it here would load Qt outside the GUI."""
+    for name in ("PySide6-Essentials", "PySide6"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _qt_version(pyside: str) -> str:
+    """The Qt inside a PySide6 release: its first three numbers (6.8.0.2 is a rebuild on Qt 6.8.0)."""
+    return ".".join(pyside.split(".")[:3])
+
+
 def versions() -> list[tuple[str, str]]:
     from . import _engine
     rows = [("Vocable", _engine.__version__),
@@ -224,11 +237,9 @@ def versions() -> list[tuple[str, str]]:
                        f"to {_engine.abi_version()})"),
             ("ggml", _engine.ggml_version()),
             ("CPU backend", _engine.system_info())]
-    try:
-        import PySide6.QtCore
-        rows.append(("Qt", f"{PySide6.QtCore.qVersion()} (PySide6 {PySide6.__version__})"))
-    except ImportError:
-        pass
+    pyside = _pyside_version()
+    if pyside:
+        rows.append(("Qt", f"{_qt_version(pyside)} (PySide6 {pyside})"))
     rows.append(("Python", sys.version.split()[0]))
     return rows
 
