@@ -48,6 +48,27 @@ def converted(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="module")
+def engine(converted):
+    """The tiny 0.6B-like fixture model (f32) on two threads, one per test module."""
+    from vocable import Engine
+    with Engine(converted("0.6b", "f32"), threads=2) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def voice():
+    """The fixture reference's speaker embedding, as an x-vector voice."""
+    from vocable import Voice
+    return Voice(reference("0.6b", "speaker_embedding"))
+
+
+@pytest.fixture(scope="module")
+def reference_clip() -> np.ndarray:
+    """The fixture reference clip, mono 24 kHz float32."""
+    return reference("0.6b", "ref_wav_24k")
+
+
 @pytest.fixture
 def cli_env(tmp_path):
     """Environment for running `python -m vocable` in a subprocess."""

@@ -19,17 +19,6 @@ TEXT = " ".join(SENTENCES)
 UNITS = 32  # max_segment_units that makes each sentence a segment
 
 
-@pytest.fixture(scope="module")
-def engine(converted):
-    with Engine(converted("0.6b", "f32"), threads=2) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def voice():
-    return Voice(reference("0.6b", "speaker_embedding"))
-
-
 def run(engine, text, voice, units=UNITS, **kwargs):
     with engine.synthesize(text, voice, max_segment_units=units, **kwargs) as stream:
         chunks = list(stream.chunks())

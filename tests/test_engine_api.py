@@ -129,17 +129,6 @@ def test_concurrent_calls_are_serialised(converted):
 TEXT = "Hello world, this is a test."
 
 
-@pytest.fixture(scope="module")
-def engine(converted):
-    with Engine(converted("0.6b", "f32"), threads=2) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def voice():
-    return Voice(reference("0.6b", "speaker_embedding"))
-
-
 def snr_db(signal: np.ndarray, residual: np.ndarray) -> float:
     return 10 * np.log10(np.sum(signal.astype(np.float64) ** 2) / max(np.sum(residual.astype(np.float64) ** 2), 1e-30))
 

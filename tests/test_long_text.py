@@ -17,17 +17,6 @@ FADE = round(SEGMENT_FADE_SEC * 24000)
 
 
 @pytest.fixture(scope="module")
-def engine(converted):
-    with Engine(converted("0.6b", "f32"), threads=2) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def voice():
-    return Voice(reference("0.6b", "speaker_embedding"))
-
-
-@pytest.fixture(scope="module")
 def streamed(engine, voice):
     with engine.synthesize(TEXT, voice, seed=7, max_frames=FRAMES, max_segment_units=UNITS) as stream:
         chunks = list(stream.chunks())

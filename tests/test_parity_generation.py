@@ -103,12 +103,6 @@ def test_quantized_agreement(converted, tmp_path, variant, weight_type):
             assert c >= 0.99
 
 
-@pytest.fixture(scope="module")
-def engine(converted):
-    with Engine(converted("0.6b", "f32"), threads=2) as e:
-        yield e
-
-
 def test_seed_reproduces_a_sampled_run(engine):
     voice = fixture_voice("0.6b", "xvec")
     a = engine.synthesize("Hello world, this is a test.", voice, seed=1234, max_frames=12).result()

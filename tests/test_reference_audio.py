@@ -5,26 +5,15 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from conftest import cosine, reference
-from vocable import AudioError, Engine
+from conftest import cosine
+from vocable import AudioError
 from vocable.audio.files import prepare_reference, read_audio
 
 
-@pytest.fixture(scope="module")
-def engine(converted):
-    with Engine(converted("0.6b", "f32"), threads=2) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def clip():
-    return reference("0.6b", "ref_wav_24k")
-
-
-def test_any_rate_and_channels(engine, clip, tmp_path):
+def test_any_rate_and_channels(engine, reference_clip, tmp_path):
     import soxr
-    base = engine.embed_voice(clip, 24000)
-    stereo_44k = soxr.resample(clip, 24000, 44100)
+    base = engine.embed_voice(reference_clip, 24000)
+    stereo_44k = soxr.resample(reference_clip, 24000, 44100)
     stereo_44k = np.stack([stereo_44k, 0.5 * stereo_44k], axis=1)
     path = tmp_path / "stereo.flac"
     sf.write(path, stereo_44k, 44100)
@@ -38,14 +27,14 @@ def test_any_rate_and_channels(engine, clip, tmp_path):
 
 
 @pytest.mark.parametrize("fmt,subtype", [("WAV", "PCM_16"), ("FLAC", "PCM_24"), ("OGG", "VORBIS"), ("MP3", None)])
-def test_reads_common_formats(tmp_path, clip, fmt, subtype):
+def test_reads_common_formats(tmp_path, reference_clip, fmt, subtype):
     path = tmp_path / f"clip.{fmt.lower()}"
     try:
-        sf.write(path, clip, 24000, format=fmt, subtype=subtype)
+        sf.write(path, reference_clip, 24000, format=fmt, subtype=subtype)
     except (sf.LibsndfileError, TypeError, ValueError) as e:
         pytest.skip(f"this libsndfile cannot write {fmt}: {e}")
     samples, rate = read_audio(path)
-    assert rate == 24000 and abs(samples.shape[0] - clip.shape[0]) < 2400
+    assert rate == 24000 and abs(samples.shape[0] - reference_clip.shape[0]) < 2400
 
 
 def test_missing_file(tmp_path):
@@ -81,28 +70,28 @@ def test_too_short(engine):
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_non_finite_samples(engine, clip, bad):
-    x = clip.copy()
+def test_non_finite_samples(engine, reference_clip, bad):
+    x = reference_clip.copy()
     x[1000] = bad
     with pytest.raises(AudioError, match="NaN or infinite"):
         engine.embed_voice(x, 24000)
 
 
-def test_too_long_is_trimmed(engine, clip):
-    long = np.tile(clip, 25)  # 75 s
+def test_too_long_is_trimmed(engine, reference_clip):
+    long = np.tile(reference_clip, 25)  # 75 s
     voice = engine.embed_voice(long, 24000)
     assert any("first 60 s" in w for w in voice.warnings)
     assert voice.reference_seconds == pytest.approx(60.0)
     assert voice.codes.shape[0] == 60 * 24000 // 1920
 
 
-def test_bad_sample_rate(clip):
+def test_bad_sample_rate(reference_clip):
     with pytest.raises(AudioError, match="sample rate"):
-        prepare_reference(clip, 0)
+        prepare_reference(reference_clip, 0)
 
 
-def test_engine_rejects_what_python_would_not_send(engine, clip):
-    """The native layer checks too: a direct call with NaN or a short clip is refused."""
+def test_engine_rejects_what_python_would_not_send(engine, reference_clip):
+    """The native layer checks too: a direct call with NaN or a short reference_clip is refused."""
     from vocable import _engine
     ctx = engine._ctx
     with pytest.raises(_engine.EngineError, match="non-finite"):

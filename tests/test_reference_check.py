@@ -13,7 +13,7 @@ import soxr
 from vocable.audio.files import read_audio
 from vocable.errors import AudioError
 from vocable.audio.reference import (CLIP_RUN, GOOD_SECONDS, MIN_SPEECH_RATIO, QUIET_PEAK_DBFS, ReferenceCheck,
-                               check_reference, clipped_samples, frame_levels)
+                                     check_reference, clipped_samples, frame_levels)
 
 TEXT = "The quick brown fox jumps over the lazy dog. Then a second sentence follows it, a little slower."
 

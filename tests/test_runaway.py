@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import reference
 from gguf_craft import craft_gguf
-from vocable import Engine, Voice
+from vocable import Engine
 from vocable.engine.runaway import (EARLY_FRACTION, FRAME_RATE, OVERLONG_FACTOR, OVERLONG_MARGIN_SEC, REPEAT_STOP_SEC,
-                             SILENCE_STOP_SEC, RunawayWatch)
+                                    SILENCE_STOP_SEC, RunawayWatch)
 
 SPF = 1920  # samples per frame
 
@@ -109,11 +108,6 @@ def never_stopping(converted, tmp_path, silent: bool = False):
             changed[name] = (np.zeros_like(np.array(tensors[name].data, dtype=np.float32)),
                              gguf.GGMLQuantizationType.F32)
     return craft_gguf(src, tmp_path / ("silent.gguf" if silent else "endless.gguf"), tensors=changed)
-
-
-@pytest.fixture(scope="module")
-def voice():
-    return Voice(reference("0.6b", "speaker_embedding"))
 
 
 def test_a_model_that_never_stops_is_stopped_past_its_text(converted, tmp_path, voice):

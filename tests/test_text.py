@@ -15,8 +15,8 @@ import pytest
 from conftest import REPO, VARIANTS, fixture_dir, manifest
 from vocable.errors import ModelError, VocableError
 from vocable.engine.text import (MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, ROLE, SpecialIds, TextError, TextTokenizer,
-                          expected_speech_seconds, longest_speech_seconds, speech_units, split_for_synthesis,
-                          split_sentences)
+                                 expected_speech_seconds, longest_speech_seconds, speech_units, split_for_synthesis,
+                                 split_sentences)
 
 TOKENS = REPO / "tests" / "fixtures" / "tokens"
 VOCABS = ("tiny", "qwen")

@@ -6,7 +6,7 @@ from pathlib import Path
 import atheris
 
 from vocable.engine.text import (TextError, TextTokenizer, expected_speech_seconds, has_speech, speech_units,
-                          split_for_synthesis)
+                                 split_for_synthesis)
 
 from harness import run
 
