@@ -77,7 +77,7 @@ TARGET_FIRST_AUDIO_MS = 300.0
 TARGET_DECODE_SPEEDUP = 1.0
 TARGET_RTF = {"q4_k": 1.0}
 SYNTHESIS_SCRIPT = "reference_synthesis_timing.py"   # the generation and synthesis groups share its run
-TOOLS_DIR = Path(__file__).resolve().parents[2] / "tools" / "bench"   # source checkouts only
+TOOLS_DIR = Path(__file__).resolve().parents[3] / "tools" / "bench"   # source checkouts only
 CLIP_TEXT = ("Okay. Yeah. I resent you. I love you. I respect you. But you know what? You blew it! "
              "And thanks to you. The quick brown fox jumps over the lazy dog. "
              "Speech synthesis converts text into natural sounding audio, one sentence at a time.")
