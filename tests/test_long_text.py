@@ -7,7 +7,7 @@ import pytest
 
 from conftest import manifest, reference
 from vocable import IN_CONTEXT, Engine, Voice
-from vocable.engine.synthesis import SEGMENT_FADE_SEC, _raised_cosine, _segment_seed, _SegmentJoiner
+from vocable.engine.segments import SEGMENT_FADE_SEC, SegmentJoiner, raised_cosine, segment_seed
 
 SENTENCES = ("The first sentence is here.", "A second one follows it.", "And a third ends the text.")
 TEXT = " ".join(SENTENCES)
@@ -45,9 +45,9 @@ def test_each_segment_is_its_own_request(engine, voice, streamed):
     fades where segments meet."""
     _, result = streamed
     seg_samples = FRAMES * 1920
-    ramp = _raised_cosine(FADE)
+    ramp = raised_cosine(FADE)
     for i, sentence in enumerate(SENTENCES):
-        alone = engine.synthesize(sentence, voice, seed=_segment_seed(7, i), max_frames=FRAMES).result()
+        alone = engine.synthesize(sentence, voice, seed=segment_seed(7, i), max_frames=FRAMES).result()
         np.testing.assert_array_equal(result.codes[i * FRAMES:(i + 1) * FRAMES], alone.codes)
         joined = result.audio[i * seg_samples:(i + 1) * seg_samples]
         expect = alone.audio.copy()
@@ -56,7 +56,7 @@ def test_each_segment_is_its_own_request(engine, voice, streamed):
         if i < len(SENTENCES) - 1:
             expect[-FADE:] *= ramp[::-1]
         np.testing.assert_array_equal(joined, expect)
-    assert _segment_seed(7, 0) == 7 and len({_segment_seed(7, i) for i in range(100)}) == 100
+    assert segment_seed(7, 0) == 7 and len({segment_seed(7, i) for i in range(100)}) == 100
 
 
 def test_same_seed_same_long_audio(engine, voice, streamed):
@@ -94,7 +94,7 @@ def test_joiner_on_smooth_signals():
     own_step = max(np.abs(np.diff(s)).max() for s in segments)
     assert max(abs(plain[b] - plain[b - 1]) for b in bounds) > 5 * own_step  # the click the joiner removes
 
-    joiner = _SegmentJoiner(len(segments), fade)
+    joiner = SegmentJoiner(len(segments), fade)
     out = []
     for i, seg in enumerate(segments):
         joiner.begin(i)

@@ -13,8 +13,8 @@ as they stream and calls a stop at the first sure sign:
 
 The stream ends at the frame that showed the sign (the rest of its chunk is not handed on). A
 stop before EARLY_FRACTION of the expected length means the text was probably not all spoken,
-so the engine retries that segment once with another seed (engine.py). The audio streamed
-before a stop has been played already and stays in the result.
+so the engine retries that segment once with another seed (synthesis.py, batch.py). The audio
+streamed before a stop has been played already and stays in the result.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class RunawayWatch:
 
     def __init__(self, segment: int, expected_seconds: float, samples_per_frame: int):
         self.segment, self.expected_seconds = segment, expected_seconds
-        self._samples_per_frame = samples_per_frame
+        self.samples_per_frame = samples_per_frame
         self._silence_floor = (10.0 ** (SILENCE_DBFS / 20.0)) ** 2 * samples_per_frame  # energy of a frame
         self._silent_run = 0
         self._code0: list[int] = []
@@ -80,10 +80,10 @@ class RunawayWatch:
         if self.stop is not None:
             return self.stop
         n = codes.shape[0]
-        if pcm.size < n * self._samples_per_frame:   # a frame without its audio is not a silent one
+        if pcm.size < n * self.samples_per_frame:   # a frame without its audio is not a silent one
             raise ValueError(f"a chunk of {n} frames carries {pcm.size} samples, "
-                             f"fewer than {n * self._samples_per_frame}")
-        frames = pcm[: n * self._samples_per_frame].astype(np.float64).reshape(n, self._samples_per_frame)
+                             f"fewer than {n * self.samples_per_frame}")
+        frames = pcm[: n * self.samples_per_frame].astype(np.float64).reshape(n, self.samples_per_frame)
         energy = np.einsum("ij,ij->i", frames, frames)
         for i in range(n):
             self._frames += 1
@@ -110,6 +110,18 @@ class RunawayWatch:
         tail = window[MAX_PERIOD:]
         return any(all(tail[j] == window[MAX_PERIOD + j - p] for j in range(len(tail)))
                    for p in range(1, MAX_PERIOD + 1))
+
+
+def cut_at_stop(watch: RunawayWatch | None, first_frame: int, codes: np.ndarray,
+                pcm: np.ndarray) -> tuple[np.ndarray, np.ndarray, RunawayStop | None]:
+    """A streamed chunk (codes from frame `first_frame` of its segment, and their audio) as it
+    is handed on: fed to the watch when the watchdog is on, and cut after the frame that showed a
+    runaway; with the stop, None while the segment runs on."""
+    stop = watch.feed(codes, pcm) if watch is not None else None
+    if stop is not None:  # the stream ends with the frame that showed it
+        keep = stop.frames - first_frame
+        codes, pcm = codes[:keep], pcm[:keep * watch.samples_per_frame]
+    return codes, pcm, stop
 
 
 def summary(stops: tuple[RunawayStop, ...] | list[RunawayStop]) -> str:
