@@ -14,9 +14,9 @@ import pytest
 
 from conftest import REPO, VARIANTS, fixture_dir, manifest
 from vocable.errors import ModelError, VocableError
-from vocable.engine.text import (MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, ROLE, SpecialIds, TextError, TextTokenizer,
-                                 expected_speech_seconds, longest_speech_seconds, speech_units, split_for_synthesis,
-                                 split_sentences)
+from vocable.engine.sentences import (MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, expected_speech_seconds,
+                                      longest_speech_seconds, speech_units, split_for_synthesis, split_sentences)
+from vocable.engine.text import ROLE, SpecialIds, TextError, TextTokenizer
 
 TOKENS = REPO / "tests" / "fixtures" / "tokens"
 VOCABS = ("tiny", "qwen")

@@ -10,7 +10,7 @@ from pathlib import Path
 from .engine import runaway
 from .engine import FILE_BATCH
 from .errors import VocableError
-from .engine.text import expected_speech_seconds
+from .engine.sentences import expected_speech_seconds
 
 
 def _cmd_convert(args) -> int:

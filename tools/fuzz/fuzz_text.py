@@ -5,8 +5,8 @@ from pathlib import Path
 
 import atheris
 
-from vocable.engine.text import (TextError, TextTokenizer, expected_speech_seconds, has_speech, speech_units,
-                                 split_for_synthesis)
+from vocable.engine.sentences import expected_speech_seconds, speech_units, split_for_synthesis
+from vocable.engine.text import TextError, TextTokenizer, has_speech
 
 from harness import run
 

@@ -15,7 +15,7 @@ writer calls finish()), so the small uneven chunks of a stream play without gaps
 A stream produced slower than real time (a slow machine, or one busy with other work) cannot
 play from a short pre-roll without pausing. So the player measures the live real-time factor
 from the arrival of the chunks (wall time per second of audio, from the first chunk on) and,
-given the stream's expected length (`expected_seconds`, e.g. text.expected_speech_seconds),
+given the stream's expected length (`expected_seconds`, e.g. sentences.expected_speech_seconds),
 waits for just enough audio that the rest arrives before it is due: with R seconds still to
 come at a real-time factor f > 1, playing them takes R s and producing them R f s, so it needs
 R (f - 1) s buffered (times a safety margin), plus one chunk c, because audio arrives in chunks

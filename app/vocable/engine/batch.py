@@ -53,7 +53,7 @@ class BatchedSegments:
     runaway segments only; its chunks up to there are the same, so only the rest is new)."""
 
     def __init__(self, synthesis: Synthesis, joiner: SegmentJoiner):
-        from .text import expected_speech_seconds
+        from .sentences import expected_speech_seconds
         self._s, self._joiner = synthesis, joiner
         self._spf = synthesis._engine.info["samples_per_frame"]
         self._expected = expected_speech_seconds

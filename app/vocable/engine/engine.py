@@ -140,7 +140,7 @@ class Engine:
         used (x-vector). `greedy` (or temperature 0) picks the most likely codes; a seed makes a
         sampled run reproducible (a random one is drawn and reported when None).
 
-        A text longer than `max_segment_units` (text.MAX_SEGMENT_UNITS, about 20 s of speech) is
+        A text longer than `max_segment_units` (sentences.MAX_SEGMENT_UNITS, about 20 s of speech) is
         split at sentence boundaries into segments spoken one after the other in the same
         stream, in the same voice; segment i samples with a seed derived from (seed, i).
         `max_frames` is the frame cap of each segment (the model can run on without ending).
@@ -158,7 +158,7 @@ class Engine:
         every weight read, so a long text takes less time in all (see README, Speed), with the
         same audio and codes as one by one; but a segment's audio is handed over only once those
         before it are complete, so the first audio comes no sooner. For files, not for playback."""
-        from .text import MAX_SEGMENT_UNITS, split_for_synthesis
+        from .sentences import MAX_SEGMENT_UNITS, split_for_synthesis
 
         started = time.perf_counter()
         language = language.lower()

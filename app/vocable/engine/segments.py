@@ -18,7 +18,7 @@ FRAME_RATE = 12.5  # codec frames per second of audio
 # The model can run on without emitting EOS. Besides each request's own cap (the engine's
 # qt_default_max_frames: 3 s plus 1 s per text token, which zero-width characters or rare
 # scripts inflate), a whole stream stops after STREAM_CAP_BASE_SEC plus STREAM_CAP_FACTOR times
-# the longest its text takes to speak (text.longest_speech_seconds), as qt_default_max_frames
+# the longest its text takes to speak (sentences.longest_speech_seconds), as qt_default_max_frames
 # allows about three times speech at a normal rate.
 STREAM_CAP_BASE_SEC = 3.0
 STREAM_CAP_FACTOR = 3.0
@@ -45,7 +45,7 @@ class Segment:
 
 def stream_frame_cap(text: str) -> int:
     """The most frames a stream speaking `text` generates by default, all segments together."""
-    from .text import longest_speech_seconds
+    from .sentences import longest_speech_seconds
     return int(FRAME_RATE * (STREAM_CAP_BASE_SEC + STREAM_CAP_FACTOR * longest_speech_seconds(text)))
 
 

@@ -40,7 +40,7 @@ class SynthesisResult:
     Timings are measured in Python from the synthesize() call: time to first audio (the first
     chunk handed over), wall time (the last), and their real-time factor (wall / audio seconds;
     below 1 is faster than real time). A long text is spoken as several segments (see
-    text.split_for_synthesis); `codes` are theirs back to back, and `audio` has a short fade where
+    sentences.split_for_synthesis); `codes` are theirs back to back, and `audio` has a short fade where
     two segments meet, so it is not exactly Engine.decode(codes) then."""
     codes: np.ndarray     # int32 [frames, 16], 12.5 frames per second of audio
     mode: str             # X_VECTOR or IN_CONTEXT
@@ -245,7 +245,7 @@ class Synthesis:
                joiner: SegmentJoiner) -> tuple[np.ndarray, bool, RunawayStop | None]:
         """One request for segment `index`, streamed: its codes, whether it reached EOS, and the
         watchdog's stop when it ran away (the codes and audio up to the stop are kept)."""
-        from .text import expected_speech_seconds
+        from .sentences import expected_speech_seconds
 
         engine = self._engine
         watch = RunawayWatch(index, expected_speech_seconds(seg.text),

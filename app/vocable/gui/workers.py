@@ -353,7 +353,7 @@ class SynthesisWorker(Worker):
 
     def _open_player(self, rate: int):
         from ..audio.playback import StreamPlayer
-        from ..engine.text import expected_speech_seconds
+        from ..engine.sentences import expected_speech_seconds
         try:
             player = StreamPlayer(rate, device=self.request.output_device,
                                   expected_seconds=expected_speech_seconds(self.request.text),
