@@ -73,7 +73,7 @@ def test_versions_name_the_engine_abi_range_and_ggml():
     (None, None),
 ])
 def test_model_card_license(tmp_path, card, expected):
-    from vocable.engine.convert import model_card_license
+    from vocable.engine.model_folder import model_card_license
 
     readme = tmp_path / "README.md"
     if card is not None:

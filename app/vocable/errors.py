@@ -23,3 +23,11 @@ class SynthesisCancelled(VocableError):
 
 class AudioDeviceError(VocableError):
     """Audio cannot be played: no PortAudio library, no output device, or the device refused."""
+
+
+class ConversionError(Exception):
+    """The input folder is not a convertible Qwen3-TTS 12 Hz Base model, or writing failed."""
+
+
+class ConversionCancelled(ConversionError):
+    """A conversion was stopped on request; it left no partial model behind."""

@@ -7,13 +7,13 @@ files. Tensors stream from the memory-mapped checkpoint one block of rows at a t
 1.8 GB model is never held twice. The speaker encoder, the codec encoder, codebooks, norms
 and every vector stay float32; matrices of the talker, the code predictor and the codec
 decoder take the requested type (rows that do not fit its block size fall back to a wider
-type). Tensor names and metadata keys follow native/src/gguf-names.h.
+type). Tensor names and metadata keys follow native/src/gguf-names.h; the folder is read and
+checked by model_folder.py, the names mapped by tensor_names.py.
 """
 from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -22,8 +22,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..errors import ConversionCancelled, ConversionError
+from .model_folder import ModelFolder, read_model_folder
 from .safetensors_reader import SafetensorsError, TensorRef, open_checkpoint
-from ..untrusted import parse_json
+from .tensor_names import engine_name
 
 ARCH = "qwen3-tts"
 FORMAT_VERSION = 2  # native/src/gguf-names.h QT_FORMAT_VERSION
@@ -32,221 +34,6 @@ CODEBOOK_EPS = 1e-5
 ROW_BLOCK_BYTES = 64 * 1024 * 1024  # f32 bytes converted at a time
 
 WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_k")
-
-
-class ConversionError(Exception):
-    """The input folder is not a convertible Qwen3-TTS 12 Hz Base model, or writing failed."""
-
-
-class ConversionCancelled(ConversionError):
-    pass
-
-
-# ---- tensor names ---------------------------------------------------------------------------
-
-_LAYER_RULES = [  # transformer sub-module names shared by talker, code predictor and codecs
-    (r"self_attn\.(q|k|v|o)_proj\.", r"attn_\1."),
-    (r"self_attn\.(q|k)_norm\.", r"attn_\1_norm."),
-    (r"mlp\.gate_proj\.", "ffn_gate."), (r"mlp\.up_proj\.", "ffn_up."), (r"mlp\.down_proj\.", "ffn_down."),
-    (r"mlp\.fc1\.", "ffn_up."), (r"mlp\.fc2\.", "ffn_down."),
-    (r"input_layernorm\.", "attn_norm."), (r"post_attention_layernorm\.", "ffn_norm."),
-    (r"self_attn_layer_scale\.scale$", "attn_scale"), (r"mlp_layer_scale\.scale$", "ffn_scale"),
-]
-
-# (HF pattern, engine name, kind); kind: "linear", "conv", "tconv" (ConvTranspose1d),
-# "codebook" (embedding_sum / cluster_usage), "vector", "embedding".
-_RULES: list[tuple[str, str, str]] = [
-    # speaker encoder
-    (r"speaker_encoder\.blocks\.0\.conv\.(weight|bias)", r"spk.blk.0.conv.\1", "conv"),
-    (r"speaker_encoder\.blocks\.(\d+)\.tdnn([12])\.conv\.(weight|bias)", r"spk.blk.\1.tdnn\2.\3", "conv"),
-    (r"speaker_encoder\.blocks\.(\d+)\.res2net_block\.blocks\.(\d+)\.conv\.(weight|bias)", r"spk.blk.\1.res2net.\2.\3", "conv"),
-    (r"speaker_encoder\.blocks\.(\d+)\.se_block\.conv([12])\.(weight|bias)", r"spk.blk.\1.se\2.\3", "conv"),
-    (r"speaker_encoder\.mfa\.conv\.(weight|bias)", r"spk.mfa.\1", "conv"),
-    (r"speaker_encoder\.asp\.tdnn\.conv\.(weight|bias)", r"spk.asp.tdnn.\1", "conv"),
-    (r"speaker_encoder\.asp\.conv\.(weight|bias)", r"spk.asp.conv.\1", "conv"),
-    (r"speaker_encoder\.fc\.(weight|bias)", r"spk.fc.\1", "conv"),
-    # talker
-    (r"talker\.model\.layers\.(\d+)\.(.+)", r"talker.blk.\1.\2", "layer"),
-    (r"talker\.model\.norm\.weight", "talker.output_norm.weight", "vector"),
-    (r"talker\.model\.codec_embedding\.weight", "talker.codec_embd.weight", "embedding"),
-    (r"talker\.model\.text_embedding\.weight", "talker.text_embd.weight", "embedding"),
-    (r"talker\.text_projection\.linear_fc([12])\.(weight|bias)", r"talker.text_proj\1.\2", "linear"),
-    (r"talker\.codec_head\.weight", "talker.codec_head.weight", "linear"),
-    # code predictor
-    (r"talker\.code_predictor\.model\.layers\.(\d+)\.(.+)", r"cp.blk.\1.\2", "layer"),
-    (r"talker\.code_predictor\.model\.norm\.weight", "cp.output_norm.weight", "vector"),
-    (r"talker\.code_predictor\.model\.codec_embedding\.(\d+)\.weight", r"cp.codec_embd.\1.weight", "embedding"),
-    (r"talker\.code_predictor\.lm_head\.(\d+)\.weight", r"cp.head.\1.weight", "linear"),
-    (r"talker\.code_predictor\.small_to_mtp_projection\.(weight|bias)", r"cp.in_proj.\1", "linear"),
-    # 12 Hz codec encoder (Mimi)
-    (r"encoder\.encoder\.layers\.(\d+)\.conv\.(weight|bias)", r"cenc.seanet.\1.\2", "conv"),
-    (r"encoder\.encoder\.layers\.(\d+)\.block\.(\d+)\.conv\.(weight|bias)", r"cenc.seanet.\1.block\2.\3", "conv"),
-    (r"encoder\.encoder_transformer\.layers\.(\d+)\.(.+)", r"cenc.blk.\1.\2", "layer"),
-    (r"encoder\.downsample\.conv\.weight", "cenc.downsample.weight", "conv"),
-    (r"encoder\.quantizer\.semantic_residual_vector_quantizer\.input_proj\.weight", "cenc.rvq_sem.in_proj.weight", "conv"),
-    (r"encoder\.quantizer\.acoustic_residual_vector_quantizer\.input_proj\.weight", "cenc.rvq_ac.in_proj.weight", "conv"),
-    (r"encoder\.quantizer\.semantic_residual_vector_quantizer\.layers\.(\d+)\.codebook\.embed_sum", r"cenc.rvq_sem.codebook.\1", "codebook"),
-    (r"encoder\.quantizer\.acoustic_residual_vector_quantizer\.layers\.(\d+)\.codebook\.embed_sum", r"cenc.rvq_ac.codebook.\1", "codebook"),
-    # 12 Hz codec decoder
-    (r"decoder\.quantizer\.(rvq_first|rvq_rest)\.vq\.layers\.(\d+)\._codebook\.embedding_sum", r"cdec.\1.codebook.\2", "codebook"),
-    (r"decoder\.quantizer\.(rvq_first|rvq_rest)\.output_proj\.weight", r"cdec.\1.out_proj.weight", "conv"),
-    (r"decoder\.pre_conv\.conv\.(weight|bias)", r"cdec.pre_conv.\1", "conv"),
-    (r"decoder\.pre_transformer\.input_proj\.(weight|bias)", r"cdec.tf_in.\1", "linear"),
-    (r"decoder\.pre_transformer\.output_proj\.(weight|bias)", r"cdec.tf_out.\1", "linear"),
-    (r"decoder\.pre_transformer\.norm\.weight", "cdec.tf_norm.weight", "vector"),
-    (r"decoder\.pre_transformer\.layers\.(\d+)\.(.+)", r"cdec.blk.\1.\2", "layer"),
-    (r"decoder\.upsample\.(\d+)\.0\.conv\.(weight|bias)", r"cdec.up.\1.tconv.\2", "tconv"),
-    (r"decoder\.upsample\.(\d+)\.1\.dwconv\.conv\.(weight|bias)", r"cdec.up.\1.dwconv.\2", "conv"),
-    (r"decoder\.upsample\.(\d+)\.1\.norm\.(weight|bias)", r"cdec.up.\1.norm.\2", "vector"),
-    (r"decoder\.upsample\.(\d+)\.1\.gamma", r"cdec.up.\1.gamma", "vector"),
-    (r"decoder\.upsample\.(\d+)\.1\.pwconv([12])\.(weight|bias)", r"cdec.up.\1.pw\2.\3", "linear"),
-    (r"decoder\.decoder\.(\d+)\.conv\.(weight|bias)", r"cdec.dec.\1.conv.\2", "conv"),
-    (r"decoder\.decoder\.(\d+)\.(alpha|beta)", r"cdec.dec.\1.snake.\2", "vector"),
-    (r"decoder\.decoder\.(\d+)\.block\.0\.(alpha|beta)", r"cdec.dec.\1.snake.\2", "vector"),
-    (r"decoder\.decoder\.(\d+)\.block\.1\.conv\.(weight|bias)", r"cdec.dec.\1.tconv.\2", "tconv"),
-    (r"decoder\.decoder\.(\d+)\.block\.([234])\.act([12])\.(alpha|beta)", r"cdec.dec.\1.res\2.snake\3.\4", "vector"),
-    (r"decoder\.decoder\.(\d+)\.block\.([234])\.conv([12])\.conv\.(weight|bias)", r"cdec.dec.\1.res\2.conv\3.\4", "conv"),
-]
-_COMPILED = [(re.compile(p + "$"), r, k) for p, r, k in _RULES]
-# Tensors that inference never reads.
-_SKIPPED = re.compile(r"(.*\.initialized$|.*\.cluster_usage$|encoder\.quantizer\..*\.output_proj\.weight$"
-                      r"|decoder\.quantizer\..*\.input_proj\.weight$)")
-
-
-def engine_name(hf_name: str) -> tuple[str, str] | None:
-    """(engine tensor name, kind) for a checkpoint tensor; None when inference does not use it."""
-    if _SKIPPED.match(hf_name):
-        return None
-    for pattern, repl, kind in _COMPILED:
-        m = pattern.match(hf_name)
-        if m:
-            name = m.expand(repl)
-            if kind == "layer":
-                head, _, rest = name.partition(".blk.")
-                layer, _, sub = rest.partition(".")
-                for p, r in _LAYER_RULES:
-                    sub = re.sub(p, r, sub)
-                name = f"{head}.blk.{layer}.{sub}"
-                kind = "vector" if hf_name.endswith(("norm.weight", "norm.bias", ".scale")) else "linear"
-            return name, kind
-    raise ConversionError(f"unexpected tensor {hf_name!r}: not a Qwen3-TTS 12 Hz Base checkpoint")
-
-
-# ---- configuration --------------------------------------------------------------------------
-
-# transformers' MimiConfig defaults (kyutai/mimi geometry), used for keys a config leaves out.
-_MIMI_DEFAULTS = dict(
-    sampling_rate=24000, frame_rate=12.5, hidden_size=512, num_filters=64, num_residual_layers=1,
-    upsampling_ratios=[8, 6, 5, 4], kernel_size=7, last_kernel_size=3, residual_kernel_size=3,
-    dilation_growth_rate=2, compress=2, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8,
-    head_dim=None, intermediate_size=2048, norm_eps=1e-5, rope_theta=10000.0, sliding_window=250,
-    codebook_size=2048, codebook_dim=256, num_semantic_quantizers=1, pad_mode="constant")
-# Qwen3TTSSpeakerEncoderConfig defaults.
-_SPEAKER_DEFAULTS = dict(mel_dim=128, enc_dim=1024, enc_channels=[512, 512, 512, 512, 1536],
-                         enc_kernel_sizes=[5, 3, 3, 3, 1], enc_dilations=[1, 2, 3, 4, 1],
-                         enc_attention_channels=128, enc_res2net_scale=8, enc_se_channels=128, sample_rate=24000)
-
-
-def _read_json(path: Path) -> dict:
-    """A JSON object from the model folder; ConversionError for anything else."""
-    if not path.is_file():
-        raise ConversionError(f"{path} is missing: is this a downloaded Qwen3-TTS model folder?")
-    try:
-        value = parse_json(path.read_bytes())
-    except (OSError, ValueError) as e:
-        raise ConversionError(f"{path} is unreadable or not valid JSON: {e}") from e
-    if not isinstance(value, dict):
-        raise ConversionError(f"{path} is not a model configuration (not a JSON object)")
-    return value
-
-
-def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise ConversionError(f"{path} is missing: the text tokenizer files are part of the model folder")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ConversionError(f"{path} is not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise ConversionError(f"cannot read {path}: {e.strerror or e}") from e
-
-
-@dataclass
-class ModelFolder:
-    root: Path
-    config: dict
-    speech_config: dict
-    generation_config: dict
-    tokenizer_files: dict[str, str]
-    license: str | None = None   # what the model card declares
-
-    @property
-    def talker(self) -> dict:
-        return self.config["talker_config"]
-
-    @property
-    def predictor(self) -> dict:
-        return self.talker["code_predictor_config"]
-
-    @property
-    def encoder(self) -> dict:
-        enc = self.speech_config.get("encoder_config")
-        return {**_MIMI_DEFAULTS, **(enc if isinstance(enc, dict) else {})}
-
-    @property
-    def decoder(self) -> dict:
-        return self.speech_config["decoder_config"]
-
-    @property
-    def speaker(self) -> dict:
-        return {**_SPEAKER_DEFAULTS, **self.config.get("speaker_encoder_config", {})}
-
-
-def read_model_folder(root: Path) -> ModelFolder:
-    root = Path(root)
-    if not root.is_dir():
-        raise ConversionError(f"{root} is not a folder")
-    config = _read_json(root / "config.json")
-    if config.get("tts_model_type") != "base":
-        kind = config.get("tts_model_type") or config.get("model_type") or "unknown"
-        raise ConversionError(f"{root} holds a '{kind}' model; Vocable needs a Qwen3-TTS 12 Hz *Base* model "
-                              "(Qwen/Qwen3-TTS-12Hz-0.6B-Base or -1.7B-Base)")
-    if config.get("tokenizer_type") != "qwen3_tts_tokenizer_12hz":
-        raise ConversionError(f"{root} uses the '{config.get('tokenizer_type')}' speech tokenizer; "
-                              "only the 12 Hz tokenizer is supported")
-    speech_config = _read_json(root / "speech_tokenizer" / "config.json")
-    generation_config = _read_json(root / "generation_config.json") if (root / "generation_config.json").exists() else {}
-    tokenizer_files = {name: _read_text(root / name)
-                       for name in ("vocab.json", "merges.txt", "tokenizer_config.json")}
-    folder = ModelFolder(root, config, speech_config, generation_config, tokenizer_files,
-                         model_card_license(root / "README.md"))
-    try:
-        malformed = not all(isinstance(section, dict) for section in (folder.talker, folder.predictor, folder.decoder))
-    except KeyError as e:
-        raise ConversionError(f"{root}/config.json lacks {e}: not a Qwen3-TTS 12 Hz Base config") from e
-    except TypeError:  # the talker section is not an object, so the predictor's cannot be looked up in it
-        malformed = True
-    if malformed:
-        raise ConversionError(f"{root}/config.json has a malformed talker, code predictor or decoder section: "
-                              "not a Qwen3-TTS 12 Hz Base config")
-    return folder
-
-
-def model_card_license(readme: Path) -> str | None:
-    """The license a Hugging Face model card declares in its front matter (`license: apache-2.0`;
-    for `other`, its `license_name`), or None without a card or a declaration."""
-    try:
-        text = readme.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    front = re.match(r"---\s*\n(.*?)\n---\s*(\n|$)", text, re.DOTALL)
-    if not front:
-        return None
-    fields = dict(re.findall(r"^(license(?:_name)?):[ \t]*['\"]?([^'\"\n]*?)['\"]?[ \t]*$", front[1], re.MULTILINE))
-    declared = fields.get("license") or None
-    if declared == "other" and fields.get("license_name"):
-        return fields["license_name"]
-    return declared
 
 
 def _metadata(m: ModelFolder) -> list[tuple[str, object]]:

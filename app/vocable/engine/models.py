@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..errors import ConversionCancelled, ConversionError, ModelError
 from ..library import paths
-from .convert import ARCH, FORMAT_VERSION, WEIGHT_TYPES, ConversionCancelled, ConversionError
-from ..errors import ModelError
 from ..store import FileFolder, atomic_copy
+from .convert import ARCH, FORMAT_VERSION, WEIGHT_TYPES
 from .gguf_header import read_gguf_header
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,8 @@ class ModelStore:
         """Converts a downloaded Hugging Face Qwen3-TTS 12 Hz Base folder into the store.
         ModelError for a folder that is not one (or when writing fails); ConversionCancelled
         when `cancel` is set. No partial file is left either way."""
-        from .convert import convert, read_model_folder
+        from .convert import convert
+        from .model_folder import read_model_folder
 
         if weight_type not in WEIGHT_TYPES:
             raise ModelError(f"unknown weight type {weight_type!r}; choose one of {', '.join(WEIGHT_TYPES)}")
