@@ -103,3 +103,24 @@ def test_every_module_says_its_job_and_stays_readable():
             long.append(f"{module_name(path)} ({lines} lines)")
     assert missing == []
     assert long == []
+
+
+PUBLIC_API = ("IN_CONTEXT", "X_VECTOR", "AudioChunk", "AudioDeviceError", "AudioError", "Engine", "EngineError",
+              "ModelError", "Progress", "Synthesis", "SynthesisCancelled", "SynthesisResult", "VocableError", "Voice",
+              "VoiceError", "__version__")
+
+
+def test_the_public_api_stays_where_users_import_it():
+    """`from vocable import ...` gives the same objects whatever folder they live in now."""
+    import vocable
+    import vocable.engine
+    import vocable.errors
+    import vocable.library.voice
+
+    assert sorted(vocable.__all__) == sorted(PUBLIC_API)
+    for name in PUBLIC_API:
+        assert getattr(vocable, name) is not None, name
+    assert vocable.Engine is vocable.engine.Engine and vocable.Synthesis is vocable.engine.Synthesis
+    assert vocable.Voice is vocable.library.voice.Voice and vocable.VocableError is vocable.errors.VocableError
+    for name in vocable.engine.__all__:
+        assert getattr(vocable.engine, name) is not None, name
