@@ -406,11 +406,11 @@ class FakeRecorder:
 
 
 def test_recording_shows_level_and_stops_by_itself(qtbot, home, model, open_window, monkeypatch):
-    import vocable.gui.controller as controller
+    import vocable.gui.controller.devices as devices
     import vocable.audio.recorder as recorder
     monkeypatch.setattr(recorder, "Recorder", FakeRecorder)
-    monkeypatch.setattr(controller, "query_audio_devices",
-                        lambda: controller.AudioAvailability(output=False, input=True, inputs=["Fake microphone"],
+    monkeypatch.setattr(devices, "query_audio_devices",
+                        lambda: devices.AudioAvailability(output=False, input=True, inputs=["Fake microphone"],
                                                              output_reason="test"))
     set_model(model)
     w = open_window()

@@ -44,14 +44,13 @@ def main() -> int:
     from PySide6.QtGui import QColor, QDragEnterEvent, QDropEvent, QPalette
     from PySide6.QtWidgets import QApplication
 
-    from vocable.gui import controller as controller_module
+    from vocable.gui.controller import devices
     from vocable.gui.app import make_application
     from vocable.gui.controller import AudioAvailability, Controller
 
     # the app as on a desktop with a microphone and speakers, whatever this machine has (nothing
     # is played or recorded: the script clicks neither)
-    controller_module.query_audio_devices = lambda: AudioAvailability(True, True, outputs=["Speakers"],
-                                                                      inputs=["Microphone"])
+    devices.query_audio_devices = lambda: AudioAvailability(True, True, outputs=["Speakers"], inputs=["Microphone"])
     from vocable.gui.main_window import MainWindow
 
     app = make_application(["vocable-screenshots"])

@@ -1,0 +1,146 @@
+"""The app's state and actions, without widgets: the main window calls these and redraws on
+the signals. Engine work, file reading, conversion and downloads run on workers (workers.py);
+the controller only starts them and takes their results on the GUI thread.
+
+One `Controller` for the widgets, its actions grouped by concern, one module each:
+- reference.py: the clip to clone (file, recording, saved voice), its embedding, the clone mode;
+- synthesis.py: Generate, its streaming playback and result, saving it;
+- library.py: the saved voices and the history;
+- models.py: the model in use, importing and downloading models, the settings;
+- devices.py: the audio devices, and why Play or Record is off.
+They share the state set up here and report through the signals below.
+
+Every failure ends up in `error` (a title and a message for a dialog) or `status` (a line for the
+status bar); nothing raised by an action escapes to Qt.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+
+from .. import workers
+from ..clip_player import ClipPlayer
+from ..workers import ModelTaskWorker, SynthesisWorker
+from .devices import AudioAvailability, AudioDevices, query_audio_devices
+from .library import LibraryActions
+from .models import ModelActions
+from .reference import AUDIO_FILE_SUFFIXES, Reference, ReferenceActions, recorder_max_seconds
+from .synthesis import EXPORT_FORMATS, SynthesisActions
+
+__all__ = ["AUDIO_FILE_SUFFIXES", "EXPORT_FORMATS", "AudioAvailability", "Controller", "Reference",
+           "query_audio_devices", "recorder_max_seconds"]
+
+log = logging.getLogger("vocable.gui")
+
+
+class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelActions, AudioDevices, QObject):
+    # model
+    model_state = Signal(str, str)          # "none" | "loading" | "ready" | "error", and a description
+    languages_changed = Signal(list)
+    model_task = Signal(str, float, str)    # "running" | "finished" | "failed" | "cancelled", fraction, text
+    # reference and mode
+    reference_changed = Signal()
+    mode_changed = Signal(str, str)         # mode ("in-context" | "x-vector" | ""), explanation
+    # generation
+    generating = Signal(bool)
+    progress_text = Signal(str)
+    result_ready = Signal(object)           # SynthesisResult (or None when cleared)
+    # recording
+    recording = Signal(bool)
+    record_level = Signal(float, float)     # dBFS, elapsed seconds
+    # stores
+    library_changed = Signal()
+    history_changed = Signal()
+    settings_changed = Signal()
+    audio_changed = Signal()
+    # reporting
+    status = Signal(str)
+    error = Signal(str, str)                # title, message
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        from ...library.history import History
+        from ...library.voices import VoiceLibrary
+        from ...engine.models import ModelStore
+        from ...library.settings import Settings
+
+        self.settings = Settings.load()
+        self.models = ModelStore()
+        self.library = VoiceLibrary()
+        self.history = History()
+        self.audio = AudioAvailability(output_reason="looking for audio devices...",
+                                       input_reason="looking for audio devices...")
+        self.audio_known = False
+        self.engine = None
+        self.model_path: Path | None = None
+        self.model_description = ""
+        self.model_status = "none"
+        self.languages: list[str] = []
+        self.reference: Reference | None = None
+        self.transcript = ""
+        self.result = None                          # SynthesisResult of the last generation
+        self.result_text = ""
+        self.result_history_id: str | None = None   # set when the result view shows a history entry
+        self.reference_player = ClipPlayer(self)
+        self.result_player = ClipPlayer(self)
+        self._synthesis: SynthesisWorker | None = None
+        self._synthesis_reference: Reference | None = None
+        self._model_worker: workers.Worker | None = None
+        self._model_task: ModelTaskWorker | None = None
+        self._recorder = None
+        self._record_timer = QTimer(self)
+        self._record_timer.setInterval(50)
+        self._record_timer.timeout.connect(self._record_tick)
+        self._record_stop_reason: str | None = None
+        self._record_starting = False
+        self._closed = False
+        self.persist_settings = True               # False for --selftest: the user's settings stay as they are
+        self._stats_timer = QTimer(self)
+        self._stats_timer.setInterval(200)
+        self._stats_timer.timeout.connect(self._stats_tick)
+        for player in (self.reference_player, self.result_player):
+            player.error.connect(self._on_player_error)
+
+    @Slot(str)
+    def _on_player_error(self, message: str) -> None:
+        self.error.emit("Cannot play audio", message)
+
+    # -- start and end -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Finds the audio devices and loads the model from the settings (if any)."""
+        self.refresh_audio()
+        path = self.settings.model_path
+        if path and Path(path).is_file():
+            self.load_model(Path(path))
+        else:
+            if path:
+                self.status.emit(f"the model in the settings is gone: {path}")
+            entries = self._model_entries()
+            if entries:
+                self.load_model(entries[0].path)
+            else:
+                self._set_model_state("none", "no model yet")
+
+    def shutdown(self) -> None:
+        """Stops everything running (at window close)."""
+        self._closed = True
+        self.stop()
+        self.cancel_model_task()
+        if self._recorder is not None:
+            try:
+                self._recorder.stop()
+            except Exception:
+                pass
+            self._recorder = None
+        self.reference_player.stop()
+        self.result_player.stop()
+        workers.wait_all(15.0)
+        if self.engine is not None:
+            try:
+                self.engine.close()
+            except Exception:
+                log.exception("closing the engine")
+            self.engine = None

@@ -1,0 +1,200 @@
+"""Generate and what it leaves: the synthesis worker streaming into the result player, its live
+figures, the result added to the history, and the result saved to a file."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import Slot
+
+from ...engine import runaway
+from ...errors import VocableError
+from .. import workers
+from ..workers import SynthesisRequest, SynthesisWorker
+from .reference import Reference
+
+log = logging.getLogger("vocable.gui")
+
+EXPORT_FORMATS = ("wav", "flac", "ogg", "mp3")
+
+
+class SynthesisActions:
+    """The controller's generation: the running worker, `result` and the result player."""
+
+    @property
+    def is_generating(self) -> bool:
+        return self._synthesis is not None
+
+    def can_generate(self) -> tuple[bool, str]:
+        if self.engine is None:
+            return False, "no model is loaded"
+        if self.reference is None:
+            return False, "choose a reference voice first"
+        if self.is_generating:
+            return False, "already generating"
+        return True, ""
+
+    def generate(self, text: str, language: str = "auto", temperature: float = 0.9, top_k: int = 50,
+                 seed: int | None = None, greedy: bool = False, max_frames: int | None = None,
+                 to_file: Path | None = None) -> bool:
+        """Starts speaking `text` (embedding the reference first if needed); False, with the
+        reason in `error`, when it cannot start. `to_file`: speak into that audio file instead of
+        playing it, a long text FILE_BATCH segments at a time (faster in all; the audio shows as
+        each segment completes)."""
+        ok, why = self.can_generate()
+        if not ok:
+            self.error.emit("Cannot generate", why[0].upper() + why[1:] + ".")
+            return False
+        if not text.strip():
+            self.error.emit("Cannot generate", "The text is empty: type something to say.")
+            return False
+        from ...engine import FILE_BATCH
+        if to_file is not None:
+            from ...audio.files import _file_format
+            try:
+                _file_format(Path(to_file))
+            except VocableError as e:
+                self.error.emit("Cannot speak into that file", str(e))
+                return False
+        ref = self.reference
+        transcript = self.transcript.strip() or None
+        mode, _ = self.clone_mode()
+        settings = dict(language=language, temperature=temperature, top_k=top_k, seed=seed, greedy=greedy,
+                        mode=mode, model=self.model_path.name if self.model_path else "")
+        request = SynthesisRequest(text=text, language=language, transcript=transcript, temperature=temperature,
+                                   top_k=top_k, seed=seed, greedy=greedy, voice=ref.voice,
+                                   pending_voice=ref.pending_voice if ref.voice is None else None,
+                                   reference=ref.samples, reference_rate=ref.sample_rate, voice_name=ref.name,
+                                   play=self.audio.output and to_file is None,
+                                   output_device=self._device(self.settings.output_device),
+                                   max_frames=max_frames, settings=settings,
+                                   out_path=Path(to_file) if to_file is not None else None,
+                                   batch=FILE_BATCH if to_file is not None else 1)
+        if language != self.settings.language:
+            self.settings.language = language
+            self._save_settings()
+        self.reference_player.stop()
+        self.result = None
+        self.result_text = text
+        self.result_history_id = None
+        self.result_player.begin_stream(self.engine.sample_rate)
+        self.result_ready.emit(None)
+        worker = SynthesisWorker(self.engine, request)
+        # the worker's own signals go to slots of objects on this thread (queued to it)
+        worker.voice_ready.connect(self._on_voice_ready)
+        worker.player_ready.connect(self._player_ready)
+        worker.chunk.connect(self.result_player.append)
+        worker.stats.connect(self._on_stats)
+        self._synthesis = worker
+        self._synthesis_reference = ref
+        self.generating.emit(True)
+        self.progress_text.emit("starting...")
+        self._stats_timer.start()
+        workers.start(worker, finished=lambda result: self._synthesis_finished(worker, result),
+                      failed=lambda message: self._synthesis_ended(worker, "failed", message),
+                      cancelled=lambda: self._synthesis_ended(worker, "cancelled", ""))
+        log.info("generate: %d characters, %s, %s", len(text), mode, settings)
+        return True
+
+    def stop(self) -> None:
+        """Stops the generation and its playback at once."""
+        worker = self._synthesis
+        if worker is not None:
+            worker.cancel()
+            self.result_player.stop()
+
+    def _voice_embedded(self, ref: Reference, voice) -> None:
+        if self.reference is ref:
+            ref.voice = voice
+
+    @Slot(object)
+    def _on_voice_ready(self, voice) -> None:
+        if self._synthesis_reference is not None:
+            self._voice_embedded(self._synthesis_reference, voice)
+
+    @Slot(object)
+    def _on_stats(self, stats) -> None:
+        if self._synthesis is not None:
+            self.progress_text.emit(stats.describe())
+
+    @Slot(object, str)
+    def _player_ready(self, player, reason: str) -> None:
+        if player is None:
+            if reason:
+                self.status.emit(f"playing is off: {reason}; the audio is still generated")
+            return
+        if self._synthesis is not None:
+            self.result_player.attach_stream_player(player)
+        else:
+            player.stop()
+
+    def _stats_tick(self) -> None:
+        worker = self._synthesis
+        if worker is not None:
+            stats = worker.live_stats()
+            if stats is not None:
+                self.progress_text.emit(stats.describe())
+
+    def _synthesis_finished(self, worker: SynthesisWorker, result) -> None:
+        self._stats_timer.stop()
+        self._synthesis = None
+        self.result = result
+        self.result_player.end_stream(result.audio)
+        summary = (f"{result.seconds:.1f} s of audio in {result.wall_time:.1f} s: first audio after "
+                   f"{result.time_to_first_audio:.2f} s, real-time factor {result.real_time_factor:.2f}; "
+                   f"{result.mode}, seed {result.seed}"
+                   + ("" if result.reached_eos or result.runaway else "; stopped at the length cap")
+                   + (f"; {runaway.summary(result.runaway)}" if result.runaway else ""))
+        self.progress_text.emit(summary)
+        settings = dict(worker.request.settings, seed=result.seed, mode=result.mode, mode_reason=result.mode_reason)
+        voice_name = worker.request.voice_name
+        try:
+            entry = self.history.add(worker.request.text, voice_name, settings, result.audio, result.sample_rate)
+            self.result_history_id = entry.id
+            self.history_changed.emit()
+        except Exception as e:
+            log.exception("cannot add to the history")
+            self.error.emit("Cannot save to the history", str(e))
+        self.generating.emit(False)
+        self.result_ready.emit(result)
+        out = worker.request.out_path
+        if out is not None:
+            self.settings.export_dir = str(out.parent)
+            self._save_settings()
+        self.status.emit(("done: " if out is None else f"saved {out}: ") + summary)
+
+    def _synthesis_ended(self, worker: SynthesisWorker, how: str, message: str) -> None:
+        self._stats_timer.stop()
+        if self._synthesis is worker:
+            self._synthesis = None
+        self.result_player.stop()
+        self.result_player.end_stream()
+        self.generating.emit(False)
+        if how == "cancelled":
+            text = f"stopped after {self.result_player.seconds:.1f} s of audio"
+            self.progress_text.emit(text)
+            self.status.emit(text)
+        else:
+            self.progress_text.emit("failed: " + message)
+            self.error.emit("Generation failed", message)
+
+    def save_result(self, path: Path) -> Path | None:
+        """Writes the shown result (WAV, FLAC, OGG or MP3 by the extension)."""
+        from ...audio.files import write_audio
+        samples, rate = self.result_player.samples, self.result_player.sample_rate
+        if samples.size == 0 or self.result_player.streaming:
+            self.error.emit("Nothing to save", "Generate something first.")
+            return None
+        try:
+            out = write_audio(Path(path), samples, rate)
+        except VocableError as e:
+            self.error.emit("Cannot save the audio", str(e))
+            return None
+        self.settings.export_dir = str(Path(path).parent)
+        self._save_settings()
+        self.status.emit(f"saved {out}")
+        return Path(out)
+
+    def default_export_dir(self) -> Path:
+        d = self.settings.export_dir
+        return Path(d) if d and Path(d).is_dir() else Path.home()
