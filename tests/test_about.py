@@ -3,7 +3,6 @@ installed metadata, with their texts), the model's license from its model card t
 GGUF file, `vocable about` as a user runs it, and the about dialog."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import fixture_dir
-from vocable.bench import model as bench_model, runner as bench
+from vocable.bench import agreement as bench_agreement, groups as bench_groups, measure as bench_measure
+from vocable.bench import model as bench_model, reference as bench_reference, report as bench_report, runner as bench
 from vocable.errors import VocableError
 from vocable.library.voice import Voice
 
@@ -282,8 +283,8 @@ def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypat
     tools.mkdir()
     (tools / "reference_voice_timing.py").write_text(FAKE_REFERENCE)
     (tools / "reference_synthesis_timing.py").write_text(FAKE_SYNTHESIS_REFERENCE)
-    monkeypatch.setattr(bench, "TOOLS_DIR", tools)
-    monkeypatch.setattr(bench, "find_reference_python", lambda: (sys.executable, ""))  # no torch needed
+    monkeypatch.setattr(bench_reference, "TOOLS_DIR", tools)
+    monkeypatch.setattr(bench_reference, "find_reference_python", lambda: (sys.executable, ""))  # no torch needed
     monkeypatch.setattr("vocable.engine.Engine", FakeEngine)
     rc = bench.run_bench(bench_args(tmp_path, no_reference=False, model=str(model.hf_dir), repeats=3,
                                     types="f32,q8_0,q4_k"))
@@ -298,8 +299,9 @@ def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypat
     assert stages["reference_codes"]["reference_ms"] == 400.0
     assert rep["reference"]["status"] == "ok" and rep["threads"] == 1 and rep["ref_seconds"] == 2.0
     ag = rep["agreement"]["voice"]
-    assert ag["speaker_embedding_cosine"] == pytest.approx(1.0)
-    assert ag["codes_identical"] == pytest.approx(63 / 64, abs=1e-4) and ag["frames_identical"] == 0.75
+    assert ag["speaker_embedding"]["cosine"] == pytest.approx(1.0)
+    codes = ag["reference_codes"]
+    assert codes["identical"] == pytest.approx(63 / 64, abs=1e-4) and codes["frames_identical"] == 0.75
     assert "speaker embedding (mel + ECAPA)" in out and "6.67x" in out and "98.4% identical" in out
 
     # generation: the f32 engine (calls 1-4: voice stages, 5: the generation's voice, 6: warm-up) and a q8_0 one
@@ -318,7 +320,7 @@ def test_run_bench_report_with_a_fake_reference(small_model, tmp_path, monkeypat
     assert gen["q8_0"]["gguf"].endswith("q8_0.gguf") and "load_s" in gen["q8_0"]
     assert rep["reference_extra"]["generation"]["prefill_tokens"] == 12
     ag = rep["agreement"]["generation"]
-    assert ag["same_speaker_embedding"] and ag["f32"]["identical"] == pytest.approx(1 - 1 / 96, abs=1e-4)
+    assert ag["speaker_embedding"]["max_abs_diff"] == 0 and ag["f32"]["identical"] == pytest.approx(1 - 1 / 96, abs=1e-4)
     assert ag["f32"]["first_different_frame"] == 2 and ag["q8_0"]["frames_identical"] == pytest.approx(4 / 6, abs=1e-4)
     assert "< 90 ms: yes, >= 4x: yes" in out and ">= 4x: NO" in out and "reached EOS: none" in out
     assert "f32 99.0% identical" in out
@@ -387,31 +389,31 @@ def test_run_bench_engine_without_audio(small_model, tmp_path, monkeypatch, caps
 
 def test_synthesis_perf_lines():
     """The engine's audio [Perf] lines, as its C format strings print them."""
-    g = bench.SynthesisStages
+    g = bench_groups.SynthesisStages
     lines = ["[Perf] codec decode: %.1f ms per second of audio (%d frames in %d chunks)" % (1234.56, 50, 6),
              "[Perf] time to first audio: %.1f ms" % 187.25,
              "[Perf] synthesis: %.2f s of audio in %.2f s, real-time factor %.3f" % (4.0, 3.456, 0.864)]
-    assert bench._perf_value(lines, g._DECODE) == (1234.6, 50.0, 6.0)
-    assert bench._perf_value(lines, g._FIRST_AUDIO) == (187.2,)
-    assert bench._perf_value(lines, g._SYNTHESIS) == (4.0, 3.46, 0.864)
+    assert bench_measure.perf_value(lines, g._DECODE) == (1234.6, 50.0, 6.0)
+    assert bench_measure.perf_value(lines, g._FIRST_AUDIO) == (187.2,)
+    assert bench_measure.perf_value(lines, g._SYNTHESIS) == (4.0, 3.46, 0.864)
 
 
 def test_targets_and_missed_targets():
     row = {"group": "synthesis", "weight_type": "q4_k", "label": "x", "vocable_ms": 950.0, "speedup": 5.0}
-    assert bench.SynthesisStages.targets("q4_k", "synthesis", row) == [{"what": "rtf_below", "value": 1.0, "met": True}]
-    assert bench.SynthesisStages.targets("q8_0", "synthesis", row) == []
+    assert bench_groups.SynthesisStages.targets("q4_k", "synthesis", row) == [{"what": "rtf_below", "value": 1.0, "met": True}]
+    assert bench_groups.SynthesisStages.targets("q8_0", "synthesis", row) == []
     row["targets"] = [{"what": "rtf_below", "value": 1.0, "met": False}, {"what": "ms_below", "value": 300.0, "met": None}]
     row["vocable_ms"] = 1500.0
-    assert bench.missed_targets([row]) == ["synthesis q4_k, x: real-time factor 1.500, target < 1: 50 % over"]
-    assert bench._targets(row["targets"]) == "RTF < 1: NO, < 300 ms: ?"
+    assert bench_report.missed_targets([row]) == ["synthesis q4_k, x: real-time factor 1.500, target < 1: 50 % over"]
+    assert bench_report.targets_text(row["targets"]) == "RTF < 1: NO, < 300 ms: ?"
     ours = np.sin(np.arange(1000) * 0.01)
-    ag = bench.waveform_agreement(ours, np.concatenate([ours * 1.001, np.zeros(5)]))
+    ag = bench_agreement.waveform_agreement(ours, np.concatenate([ours * 1.001, np.zeros(5)]))
     assert ag["samples"] == [1000, 1005] and ag["cosine"] == 1.0 and ag["residual_db"] == pytest.approx(-60, abs=0.1)
 
 
 def test_run_bench_reference_unavailable(small_model, tmp_path, monkeypatch, capsys):
     spec, cache, model = small_model
-    monkeypatch.setenv(bench.REFERENCE_PYTHON_ENV, str(tmp_path / "no-python"))
+    monkeypatch.setenv(bench_reference.REFERENCE_PYTHON_ENV, str(tmp_path / "no-python"))
     monkeypatch.setattr("vocable.engine.Engine", FakeEngine)
     rc = bench.run_bench(bench_args(tmp_path, no_reference=False, model=str(model.hf_dir), repeats=1))
     captured = capsys.readouterr()
@@ -509,17 +511,24 @@ def test_parse_types():
         bench.parse_types("f32,q5")
 
 
-@pytest.mark.reference
-def test_reference_script_on_a_small_model(small_model, tmp_path):
-    """tools/bench/reference_voice_timing.py against the real qwen-tts package."""
-    python, why = bench.find_reference_python()
+def reference_run_input(small_model, tmp_path, **kw):
+    """(Python with the official package, the small model, a bench input with a 2 s clip);
+    skips the test where there is no such Python."""
+    python, why = bench_reference.find_reference_python()
     if python is None:
         pytest.skip(why)
     spec, cache, model = small_model
-    clip, _ = bench.make_reference_clip(2.0)
+    clip, _ = bench_measure.make_reference_clip(2.0)
     np.save(tmp_path / "clip.npy", clip)
-    inp = bench.BenchInput(clip, tmp_path / "clip.npy", tmp_path, threads=1, repeats=1)
-    res = bench.run_reference(bench.VoiceStages(), python, model.hf_dir, inp)
+    return python, model, bench_measure.BenchInput(clip, tmp_path / "clip.npy", tmp_path, threads=1, repeats=1, **kw)
+
+
+@pytest.mark.reference
+def test_reference_script_on_a_small_model(small_model, tmp_path):
+    """tools/bench/reference_voice_timing.py against the real qwen-tts package."""
+    python, model, inp = reference_run_input(small_model, tmp_path)
+    clip = inp.clip
+    res = bench_reference.run_reference(bench_groups.VoiceStages(), python, model.hf_dir, inp)
     assert res.error is None, res.error
     assert set(res.runs_ms) == {"speaker_embedding", "reference_codes"}
     cfg = json.loads((model.hf_dir / "config.json").read_text())
@@ -532,24 +541,18 @@ def test_reference_synthesis_script_on_a_small_model(small_model, tmp_path):
     """tools/bench/reference_synthesis_timing.py against the real qwen-tts package: the full frame
     count (EOS row zeroed), the speaker embedding it was given, codes close to the engine's, its
     decode timed, and its decoder on the engine's codes agreeing with the engine's audio."""
-    python, why = bench.find_reference_python()
-    if python is None:
-        pytest.skip(why)
     from vocable import Engine
-    spec, cache, model = small_model
-    clip, _ = bench.make_reference_clip(2.0)
-    np.save(tmp_path / "clip.npy", clip)
-    inp = bench.BenchInput(clip, tmp_path / "clip.npy", tmp_path, threads=1, repeats=1, frames=8,
-                           models={"f32": model}, main_type="f32")
-    group, audio = bench.GenerationStages(), bench.SynthesisStages()
+    python, model, inp = reference_run_input(small_model, tmp_path, frames=8, main_type="f32")
+    inp.models["f32"] = model
+    group, audio = bench_groups.GenerationStages(), bench_groups.SynthesisStages()
     with Engine(model.gguf, threads=1) as engine:
         ours = group.run_vocable(engine, inp)
         ours_audio = audio.run_vocable(engine, inp)
     assert ours.error is None, ours.error
     assert ours_audio.error is None, ours_audio.error
-    res = bench.run_reference(group, python, model.hf_dir, inp)
+    res = bench_reference.run_reference(group, python, model.hf_dir, inp)
     assert res.error is None, res.error
-    assert bench.run_reference(audio, python, model.hf_dir, inp) is res   # one process for both groups
+    assert bench_reference.run_reference(audio, python, model.hf_dir, inp) is res   # one process for both groups
     assert {"talker_ms_per_frame", "code_predictor_ms_per_frame", "prefill_ms", "decode_ms_per_audio_s",
             "first_audio_ms", "synthesis_ms_per_audio_s"} <= set(res.runs_ms)
     assert res.extra["frames"] == 8 and res.extra["reached_eos"] is False and res.extra["codec_eos_row_zero"]
@@ -559,7 +562,7 @@ def test_reference_synthesis_script_on_a_small_model(small_model, tmp_path):
     assert res.outputs["codes"].shape == (8, 16) and res.outputs["audio"].shape == (8 * 1920,)
     assert res.outputs["decoded_f32"].shape == (8 * 1920,) and res.extra["decoded"]["f32"]["frames"] == 8
     ag = group.agreement(ours.outputs, res.outputs)
-    assert ag["same_speaker_embedding"]
+    assert ag["speaker_embedding"]["max_abs_diff"] == 0
     print(group.describe_agreement(ag))   # reported, not asserted: near-ties may flip
     wav = audio.agreement(ours_audio.outputs, res.outputs)
     print(audio.describe_agreement(wav))
@@ -567,7 +570,7 @@ def test_reference_synthesis_script_on_a_small_model(small_model, tmp_path):
 
 
 def test_reference_clip():
-    clip, source = bench.make_reference_clip(1.5)
+    clip, source = bench_measure.make_reference_clip(1.5)
     assert clip.dtype == np.float32 and clip.shape == (36000,)
     assert source in ("espeak-ng", "synthetic") and abs(np.abs(clip).max() - 0.5) < 1e-3
 
@@ -582,7 +585,7 @@ def test_perf_capture_restores_logging():
     import logging
     logger = logging.getLogger("vocable.engine")
     before = (logger.level, logger.propagate, list(logger.handlers))
-    with bench.engine_perf_lines() as lines:
+    with bench_measure.engine_perf_lines() as lines:
         logger.info("[Perf] x: 1 ms")
         logger.info("not perf")
     assert lines == ["[Perf] x: 1 ms"]
@@ -600,7 +603,7 @@ def test_full_size_bench(capsys):
     rep = last_json(out)
     assert {s["key"] for s in rep["stages"]} >= {"f32:decode", "f32:first_audio", "q4_k:synthesis"}
     if rep["reference"]["status"] == "ok":
-        assert rep["agreement"]["voice"]["speaker_embedding_cosine"] > 0.999
+        assert rep["agreement"]["voice"]["speaker_embedding"]["cosine"] > 0.999
         assert rep["agreement"]["synthesis"]["f32"]["cosine"] > 0.999   # both decoders on the engine's f32 codes
 
 

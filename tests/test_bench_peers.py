@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -1,8 +1,6 @@
 """The app's folders."""
 from __future__ import annotations
 
-import os
-import time
 
 import pytest
 

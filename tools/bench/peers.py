@@ -778,7 +778,7 @@ def run_peer(s: Setup, engine: str, weight_type: str, model: Path | str, clip: P
 
 def run_pytorch(s: Setup, clip: Path) -> Row:
     """The official package through `vocable bench`'s reference script, in its own process."""
-    from vocable.bench.runner import SYNTHESIS_SCRIPT, TOOLS_DIR
+    from vocable.bench.reference import SYNTHESIS_SCRIPT, TOOLS_DIR
 
     script = TOOLS_DIR / SYNTHESIS_SCRIPT
     outputs = s.work / f"pytorch-{os.getpid()}.npz"
@@ -863,7 +863,9 @@ def main(argv: list[str] | None = None) -> int:
         requantize_qwentts(*a.child_quantize)
         return 0
 
-    from vocable.bench.runner import GEN_LANGUAGE, GEN_TEXT, cpu_name, find_reference_python, make_reference_clip
+    from vocable.bench.measure import GEN_LANGUAGE, GEN_TEXT, make_reference_clip
+    from vocable.bench.reference import find_reference_python
+    from vocable.bench.report import cpu_name
     from vocable.bench.model import default_cache_dir, ensure_bench_model, user_model
 
     cache = Path(a.cache_dir).expanduser() if a.cache_dir else default_cache_dir()

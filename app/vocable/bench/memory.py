@@ -38,7 +38,7 @@ def synthesis_run(gguf: str, speaker_path: str, threads: str, frames: str) -> No
     """In a child process: one synthesis; prints one JSON line with its peak RSS."""
     import numpy as np
 
-    from .runner import GEN_LANGUAGE, GEN_TEXT
+    from .measure import GEN_LANGUAGE, GEN_TEXT
     from ..engine import Engine
     from ..library.voice import Voice
 

@@ -24,13 +24,14 @@ def variant_run(gguf: str, clip_path: str, threads: str, frames: str, repeats: s
     import numpy as np
 
     from .. import _engine
-    from .runner import SAMPLE_RATE, _synthesize
+    from .groups import timed_synthesis
+    from .measure import SAMPLE_RATE
     from .contention import measure
     from ..engine import Engine
 
     with Engine(gguf, threads=int(threads)) as engine:
         voice = engine.embed_voice(np.load(clip_path), SAMPLE_RATE)
-        result = measure(lambda: _synthesize(engine, voice, int(frames)), int(repeats))
+        result = measure(lambda: timed_synthesis(engine, voice, int(frames)), int(repeats))
     print(json.dumps({"info": _engine.system_info(), **result}), flush=True)
 
 
