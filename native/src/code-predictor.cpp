@@ -141,38 +141,19 @@ ggml_tensor * sample(ggml_context * ctx, ggml_tensor * logits, ggml_tensor * sam
 // ---- code_predictor --------------------------------------------------------------------------
 
 void code_predictor::load(model_loader & ml, const talker & model) {
-    hp_.hidden = ml.get_size(QT_KEY_CP_HIDDEN);
-    hp_.ffn = ml.get_size(QT_KEY_CP_FFN);
-    hp_.layers = ml.get_size(QT_KEY_CP_LAYERS);
-    hp_.heads = ml.get_size(QT_KEY_CP_HEADS);
-    hp_.kv_heads = ml.get_size(QT_KEY_CP_KV_HEADS);
-    hp_.head_dim = ml.get_size(QT_KEY_CP_HEAD_DIM);
-    hp_.norm_eps = ml.get_f32(QT_KEY_CP_NORM_EPS);
-    hp_.rope_theta = ml.get_f32(QT_KEY_CP_ROPE_THETA);
+    static_cast<qwen3_hparams &>(hp_) = read_qwen3_hparams(ml, QT_STACK_CP, "code predictor");
     hp_.vocab = ml.get_size(QT_KEY_CP_VOCAB);
     hp_.talker_hidden = model.hparams().hidden;
     hp_.talker_vocab = model.hparams().vocab;
     hp_.n_codes = ml.get_size(QT_KEY_TALKER_CODE_GROUPS) - 1;
-
-    const bool geometry_ok = hp_.hidden > 0 && hp_.ffn > 0 && hp_.layers > 0 && hp_.heads > 0 && hp_.kv_heads > 0 &&
-                             hp_.heads % hp_.kv_heads == 0 && hp_.head_dim > 0 && hp_.head_dim % 2 == 0 &&
-                             hp_.vocab > 0 && hp_.n_codes >= 1 && hp_.norm_eps > 0.0f && hp_.rope_theta > 0.0f &&
-                             hp_.talker_hidden > 0;
-    if (!geometry_ok) {
-        throw error(QT_STATUS_INVALID_PARAMS,
-                    format("%s: unsupported code predictor geometry (hidden %d, ffn %d, %d layers, %d/%d heads of %d, "
-                           "%d codes)",
-                           ml.path().c_str(), hp_.hidden, hp_.ffn, hp_.layers, hp_.heads, hp_.kv_heads, hp_.head_dim,
-                           hp_.n_codes));
+    if (hp_.n_codes < 1) {
+        throw error(QT_STATUS_INVALID_PARAMS, format("%s: the model has no acoustic codebooks to predict (%d code "
+                                                     "groups)", ml.path().c_str(), hp_.n_codes + 1));
     }
 
     const int64_t H = hp_.hidden;
     const int64_t Ht = hp_.talker_hidden;
-    layers_.clear();
-    const qwen3_geometry geometry = { hp_.hidden, hp_.ffn, hp_.heads, hp_.kv_heads, hp_.head_dim };
-    for (int i = 0; i < hp_.layers; ++i) {
-        layers_.push_back(load_qwen3_layer(ml, "cp.blk." + std::to_string(i) + ".", geometry));
-    }
+    layers_ = load_qwen3_layers(ml, "cp.", hp_);
     output_norm_ = ml.require("cp.output_norm.weight", { H });
     heads_.clear();
     codec_embd_.clear();
@@ -193,13 +174,7 @@ void code_predictor::load(model_loader & ml, const talker & model) {
 }
 
 size_t code_predictor::frame_weight_bytes() const {
-    size_t pass = ggml_nbytes(output_norm_);
-    for (const layer & l : layers_) {
-        for (const ggml_tensor * t : { l.attn_norm, l.q, l.k, l.v, l.o, l.q_norm, l.k_norm, l.ffn_norm, l.gate, l.up,
-                                       l.down }) {
-            pass += ggml_nbytes(t);
-        }
-    }
+    size_t pass = ggml_nbytes(output_norm_) + qwen3_layers_bytes(layers_);
     if (in_proj_w_) {
         pass += ggml_nbytes(in_proj_w_) + ggml_nbytes(in_proj_b_);
     }

@@ -33,15 +33,7 @@
 
 namespace qt {
 
-struct code_predictor_hparams {
-    int   hidden = 0;
-    int   ffn = 0;
-    int   layers = 0;
-    int   heads = 0;
-    int   kv_heads = 0;
-    int   head_dim = 0;
-    float norm_eps = 1e-6f;
-    float rope_theta = 0.0f;
+struct code_predictor_hparams : qwen3_hparams {
     int   vocab = 0;          // codebook size (rows of each head and embedding table)
     int   talker_hidden = 0;  // width of h, C and E_q
     int   talker_vocab = 0;   // rows of C (code0 must be below)

@@ -172,23 +172,11 @@ codec_decoder::snake codec_decoder::load_snake(model_loader & ml, const std::str
 
 void codec_decoder::load(model_loader & ml) {
     const std::string & path = ml.path();
-    hp_.codebook_size = ml.get_size(QT_KEY_CDEC_CODEBOOK_SIZE);
-    hp_.codebook_dim = ml.get_size(QT_KEY_CDEC_CODEBOOK_DIM);
+    static_cast<codec_hparams &>(hp_) = read_codec_hparams(ml, QT_CODEC_DECODER, QT_KEY_CDEC_NORM_EPS, "codec decoder");
     hp_.latent_dim = ml.get_size(QT_KEY_CDEC_LATENT_DIM);
     hp_.decoder_dim = ml.get_size(QT_KEY_CDEC_DECODER_DIM);
-    hp_.hidden = ml.get_size(QT_KEY_CDEC_HIDDEN);
-    hp_.ffn = ml.get_size(QT_KEY_CDEC_FFN);
-    hp_.heads = ml.get_size(QT_KEY_CDEC_HEADS);
-    hp_.kv_heads = ml.get_size(QT_KEY_CDEC_KV_HEADS);
-    hp_.head_dim = ml.get_size(QT_KEY_CDEC_HEAD_DIM);
-    hp_.layers = int(ml.get_u32(QT_KEY_CDEC_LAYERS));  // 0: no transformer, a well-defined codec
     hp_.n_quantizers = ml.get_size(QT_KEY_CDEC_QUANTIZERS);
     hp_.n_semantic = ml.get_size(QT_KEY_CDEC_SEMANTIC_Q);
-    hp_.sliding_window = ml.get_size(QT_KEY_CDEC_SLIDING_WINDOW);
-    hp_.rope_theta = ml.get_f32(QT_KEY_CDEC_ROPE_THETA);
-    hp_.norm_eps = ml.get_f32(QT_KEY_CDEC_NORM_EPS);
-    hp_.sample_rate = ml.get_size(QT_KEY_CDEC_SAMPLE_RATE);
-    hp_.frame_samples = ml.get_size(QT_KEY_CDEC_FRAME_SAMPLES);
     hp_.upsampling_ratios = ml.get_i32_array(QT_KEY_CDEC_UPSAMPLING_RATIOS);
     hp_.upsample_rates = ml.get_i32_array(QT_KEY_CDEC_UPSAMPLE_RATES);
 
@@ -204,7 +192,7 @@ void codec_decoder::load(model_loader & ml) {
     const size_t n_blocks = hp_.upsample_rates.size();
     // get_size() already refused zero sizes; what is left is how the sizes fit together.
     const bool   geometry_ok = rates_ok && hop == hp_.frame_samples && hp_.codebook_dim % 2 == 0 &&
-                             hp_.heads % hp_.kv_heads == 0 && hp_.n_quantizers > hp_.n_semantic && n_blocks < 16 &&
+                             hp_.n_quantizers > hp_.n_semantic && n_blocks < 16 &&
                              hp_.decoder_dim % (1 << n_blocks) == 0;
     if (!geometry_ok) {
         throw error(QT_STATUS_INVALID_PARAMS,

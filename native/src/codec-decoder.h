@@ -10,6 +10,7 @@
 // frames with 25 of context) costs that context per chunk and still only approximates it.
 #pragma once
 
+#include "codec-hparams.h"
 #include "graph.h"
 #include "model-loader.h"
 
@@ -19,24 +20,12 @@
 
 namespace qt {
 
-struct codec_decoder_hparams {
-    int codebook_size = 0;
-    int codebook_dim = 0;        // RVQ output width (each group's codebooks are half of it)
+// codebook_dim is the RVQ output width (each group's codebooks are half of it)
+struct codec_decoder_hparams : codec_hparams {
     int latent_dim = 0;
     int decoder_dim = 0;
-    int hidden = 0;              // transformer
-    int ffn = 0;
-    int heads = 0;
-    int kv_heads = 0;
-    int head_dim = 0;
-    int layers = 0;
     int n_quantizers = 0;
     int n_semantic = 0;
-    int sliding_window = 0;      // frames attended to, the current one included
-    float rope_theta = 0.0f;
-    float norm_eps = 0.0f;
-    int sample_rate = 0;
-    int frame_samples = 0;
     std::vector<int32_t> upsampling_ratios;  // before the decoder blocks (2, 2)
     std::vector<int32_t> upsample_rates;     // decoder blocks (8, 5, 4, 3)
 };

@@ -44,9 +44,8 @@ codec_encoder::conv codec_encoder::load_conv(model_loader & ml, const std::strin
 
 void codec_encoder::load(model_loader & ml) {
     const std::string & path = ml.path();
-    hp_.sample_rate = ml.get_size(QT_KEY_CENC_SAMPLE_RATE);
-    hp_.frame_samples = ml.get_size(QT_KEY_CENC_FRAME_SAMPLES);
-    hp_.hidden = ml.get_size(QT_KEY_CENC_HIDDEN);
+    // the config's sliding_window is unused by transformers' encoder (full causal attention)
+    static_cast<codec_hparams &>(hp_) = read_codec_hparams(ml, QT_CODEC_ENCODER, QT_KEY_CENC_NORM_EPS, "codec encoder");
     hp_.num_filters = ml.get_size(QT_KEY_CENC_NUM_FILTERS);
     hp_.residual_layers = ml.get_size(QT_KEY_CENC_RES_LAYERS);
     hp_.ratios = ml.get_i32_array(QT_KEY_CENC_RATIOS);
@@ -55,16 +54,6 @@ void codec_encoder::load(model_loader & ml) {
     hp_.residual_kernel_size = ml.get_size(QT_KEY_CENC_RES_KERNEL);
     hp_.dilation_growth = ml.get_size(QT_KEY_CENC_DILATION_GROWTH);
     hp_.compress = ml.get_size(QT_KEY_CENC_COMPRESS);
-    hp_.layers = int(ml.get_u32(QT_KEY_CENC_LAYERS));  // 0: no transformer, a well-defined codec
-    hp_.heads = ml.get_size(QT_KEY_CENC_HEADS);
-    hp_.kv_heads = ml.get_size(QT_KEY_CENC_KV_HEADS);
-    hp_.head_dim = ml.get_size(QT_KEY_CENC_HEAD_DIM);
-    hp_.ffn = ml.get_size(QT_KEY_CENC_FFN);
-    hp_.norm_eps = ml.get_f32(QT_KEY_CENC_NORM_EPS);
-    hp_.rope_theta = ml.get_f32(QT_KEY_CENC_ROPE_THETA);
-    hp_.sliding_window = ml.get_size(QT_KEY_CENC_SLIDING_WINDOW);
-    hp_.codebook_size = ml.get_size(QT_KEY_CENC_CODEBOOK_SIZE);
-    hp_.codebook_dim = ml.get_size(QT_KEY_CENC_CODEBOOK_DIM);
     hp_.semantic_quantizers = ml.get_size(QT_KEY_CENC_SEMANTIC_Q);
     hp_.valid_quantizers = ml.get_size(QT_KEY_CENC_VALID_Q);
     hp_.pad = parse_pad_mode(path, ml.get_str(QT_KEY_CENC_PAD_MODE));
@@ -86,7 +75,7 @@ void codec_encoder::load(model_loader & ml) {
     }
     // get_size() already refused zero sizes; what is left is how the sizes fit together.
     const bool geometry_ok =
-        ratios_ok && hp_.heads % hp_.kv_heads == 0 && hp_.valid_quantizers >= hp_.semantic_quantizers &&
+        ratios_ok && hp_.valid_quantizers >= hp_.semantic_quantizers &&
         hp_.downsample_kernel >= hp_.downsample_stride && encoder_frame_rate != frame_rate &&
         hop * hp_.downsample_stride == hp_.frame_samples &&
         (int64_t(hp_.num_filters) << hp_.ratios.size()) % hp_.compress == 0;

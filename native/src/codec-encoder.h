@@ -3,6 +3,7 @@
 // vector quantizer, of which the first `valid_quantizers` codebooks are kept.
 #pragma once
 
+#include "codec-hparams.h"
 #include "graph.h"
 #include "model-loader.h"
 
@@ -11,10 +12,7 @@
 
 namespace qt {
 
-struct codec_encoder_hparams {
-    int sample_rate = 24000;
-    int frame_samples = 1920;
-    int hidden = 0;
+struct codec_encoder_hparams : codec_hparams {
     int num_filters = 0;
     int residual_layers = 0;
     std::vector<int32_t> ratios;   // SEANet strides, in the order the config lists them
@@ -23,16 +21,6 @@ struct codec_encoder_hparams {
     int residual_kernel_size = 0;
     int dilation_growth = 0;
     int compress = 0;
-    int layers = 0;
-    int heads = 0;
-    int kv_heads = 0;
-    int head_dim = 0;
-    int ffn = 0;
-    float norm_eps = 0.0f;
-    float rope_theta = 0.0f;
-    int sliding_window = 0;  // in the config, but unused by transformers' encoder (full causal)
-    int codebook_size = 0;
-    int codebook_dim = 0;
     int semantic_quantizers = 0;
     int valid_quantizers = 0;
     pad_mode pad = pad_mode::zeros;  // SEANet convolutions; the downsample always replicates

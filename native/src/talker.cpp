@@ -31,35 +31,13 @@ ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, flo
 } // namespace
 
 void talker::load(model_loader & ml) {
-    hp_.hidden = ml.get_size(QT_KEY_TALKER_HIDDEN);
-    hp_.ffn = ml.get_size(QT_KEY_TALKER_FFN);
-    hp_.layers = ml.get_size(QT_KEY_TALKER_LAYERS);
-    hp_.heads = ml.get_size(QT_KEY_TALKER_HEADS);
-    hp_.kv_heads = ml.get_size(QT_KEY_TALKER_KV_HEADS);
-    hp_.head_dim = ml.get_size(QT_KEY_TALKER_HEAD_DIM);
-    hp_.norm_eps = ml.get_f32(QT_KEY_TALKER_NORM_EPS);
-    hp_.rope_theta = ml.get_f32(QT_KEY_TALKER_ROPE_THETA);
+    static_cast<qwen3_hparams &>(hp_) = read_qwen3_hparams(ml, QT_STACK_TALKER, "talker");
     hp_.vocab = ml.get_size(QT_KEY_TALKER_VOCAB);
     hp_.text_hidden = ml.get_size(QT_KEY_TALKER_TEXT_HIDDEN);
     hp_.text_vocab = ml.get_size(QT_KEY_TALKER_TEXT_VOCAB);
 
-    const bool geometry_ok = hp_.hidden > 0 && hp_.ffn > 0 && hp_.layers > 0 && hp_.heads > 0 && hp_.kv_heads > 0 &&
-                             hp_.heads % hp_.kv_heads == 0 && hp_.head_dim > 0 && hp_.head_dim % 2 == 0 &&
-                             hp_.vocab > 0 && hp_.text_hidden > 0 && hp_.text_vocab > 0 && hp_.norm_eps > 0.0f &&
-                             hp_.rope_theta > 0.0f;
-    if (!geometry_ok) {
-        throw error(QT_STATUS_INVALID_PARAMS,
-                    format("%s: unsupported talker geometry (hidden %d, ffn %d, %d layers, %d/%d heads of %d)",
-                           ml.path().c_str(), hp_.hidden, hp_.ffn, hp_.layers, hp_.heads, hp_.kv_heads,
-                           hp_.head_dim));
-    }
-
     const int64_t H = hp_.hidden;
-    layers_.clear();
-    const qwen3_geometry geometry = { hp_.hidden, hp_.ffn, hp_.heads, hp_.kv_heads, hp_.head_dim };
-    for (int i = 0; i < hp_.layers; ++i) {
-        layers_.push_back(load_qwen3_layer(ml, "talker.blk." + std::to_string(i) + ".", geometry));
-    }
+    layers_ = load_qwen3_layers(ml, "talker.", hp_);
     output_norm_ = ml.require("talker.output_norm.weight", { H });
     codec_embd_ = ml.require("talker.codec_embd.weight", { H, hp_.vocab });
     text_embd_ = ml.require("talker.text_embd.weight", { hp_.text_hidden, hp_.text_vocab });
@@ -71,14 +49,7 @@ void talker::load(model_loader & ml) {
 }
 
 size_t talker::step_weight_bytes() const {
-    size_t n = ggml_nbytes(output_norm_) + ggml_nbytes(codec_head_);
-    for (const layer & l : layers_) {
-        for (const ggml_tensor * t : { l.attn_norm, l.q, l.k, l.v, l.o, l.q_norm, l.k_norm, l.ffn_norm, l.gate, l.up,
-                                       l.down }) {
-            n += ggml_nbytes(t);
-        }
-    }
-    return n;
+    return ggml_nbytes(output_norm_) + ggml_nbytes(codec_head_) + qwen3_layers_bytes(layers_);
 }
 
 namespace {

@@ -26,15 +26,7 @@
 
 namespace qt {
 
-struct talker_hparams {
-    int   hidden = 0;
-    int   ffn = 0;
-    int   layers = 0;
-    int   heads = 0;
-    int   kv_heads = 0;
-    int   head_dim = 0;
-    float norm_eps = 1e-6f;
-    float rope_theta = 0.0f;
+struct talker_hparams : qwen3_hparams {
     int   vocab = 0;        // codec vocabulary (codec_head rows)
     int   text_hidden = 0;  // text embedding width
     int   text_vocab = 0;
