@@ -99,3 +99,18 @@ def test_a_file_folder_that_cannot_be_opened_says_which(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(FolderError, match="cannot open the things"):
         store.FileFolder(blocker / "sub", lambda: tmp_path, str, FolderError, "the things")
+
+
+def test_a_file_folder_deletes_a_file_and_says_why_it_cannot(tmp_path):
+    folder = store.FileFolder(tmp_path / "things", lambda: tmp_path / "unused", lambda p: p.read_text(), FolderError,
+                              "the things")
+    path = folder.root / "a.txt"
+    path.write_text("first")
+    assert folder.read(path) == "first"
+    folder.delete(path, "the thing 'a'")
+    assert not path.exists() and folder.files("*.txt") == []
+    with pytest.raises(FolderError, match=r"the thing 'a' is not in the things \(deleted already\?\)"):
+        folder.delete(path, "the thing 'a'")
+    (folder.root / "b").mkdir()   # a folder where a file should be: unlink fails with an OSError
+    with pytest.raises(FolderError, match="cannot delete the thing 'b'"):
+        folder.delete(folder.root / "b", "the thing 'b'")

@@ -166,5 +166,15 @@ class FileFolder(Generic[T]):
                 skip(path, e)
         return out
 
+    def delete(self, path: Path, what: str) -> None:
+        """Removes one of the folder's files; `what` names it in the error ("the voice 'x'")."""
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            raise self.error(f"{what} is not in {self.what} (deleted already?)") from None
+        except OSError as e:
+            raise self.error(f"cannot delete {what} ({path}): {e.strerror or e}") from e
+        self.forget(path)
+
     def forget(self, path: Path) -> None:
         self._cache.pop(path, None)

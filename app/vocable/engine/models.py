@@ -149,12 +149,7 @@ class ModelStore:
         gguf = Path(gguf)
         if gguf.resolve().parent != self.root.resolve():
             raise ModelError(f"{gguf} is not in the models folder {self.root}")
-        try:
-            gguf.unlink()
-        except FileNotFoundError:
-            raise ModelError(f"{gguf.name} is not in the models folder (deleted already?)") from None
-        except OSError as e:
-            raise ModelError(f"cannot delete {gguf}: {e.strerror or e}") from e
+        self._files.delete(gguf, gguf.name)
 
     def import_hf_folder(self, folder: Path, weight_type: str, progress: ProgressFn | None = None,
                          cancel: threading.Event | None = None) -> ModelEntry:

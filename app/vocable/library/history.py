@@ -150,14 +150,7 @@ class History:
         return write_audio(dest, samples, rate)
 
     def delete(self, entry_id: str) -> None:
-        json_path = self._json_path(entry_id)
-        try:
-            json_path.unlink()
-        except FileNotFoundError:
-            raise HistoryError(f"there is no history entry {entry_id!r} (deleted already?)") from None
-        except OSError as e:
-            raise HistoryError(f"cannot delete the history entry {entry_id}: {e.strerror or e}") from e
-        self._files.forget(json_path)
+        self._files.delete(self._json_path(entry_id), f"the entry {entry_id!r}")
         with contextlib.suppress(OSError):
             (self.root / f"{entry_id}.flac").unlink()
 

@@ -134,14 +134,7 @@ class VoiceLibrary:
         return self.entry(voice_id)
 
     def delete(self, voice_id: str) -> None:
-        path = self._path(voice_id)
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            raise VoiceError(f"there is no voice {voice_id!r} in the library (deleted already?)") from None
-        except OSError as e:
-            raise VoiceError(f"cannot delete the voice file {path}: {e.strerror or e}") from e
-        self._files.forget(path)
+        self._files.delete(self._path(voice_id), f"the voice {voice_id!r}")
 
     def export(self, voice_id: str, dest: Path) -> Path:
         """Copies the voice to `dest` (a file, or a folder to put `<name>.safetensors` in);
