@@ -1,8 +1,8 @@
 """`vocable bench` on two revisions in one run: a change measured before and after, side by side.
 
 The base revision is built into a wheel once (kept in ~/.cache/vocable/compare/REV) and
-installed into its own venv that borrows every other package from the checkout's .venv; the
-working tree runs from .venv itself. The two then take turns, ROUNDS times each, so that a
+installed into its own venv that borrows every other package from the checkout's .venv, with its
+own bench model cache there (its converter may differ); the working tree runs from .venv itself. The two then take turns, ROUNDS times each, so that a
 machine that gets busier or cooler in between skews both alike. The table gives each stage's
 median over the rounds (each round's figure is already the bench's median of its repeats) and
 the ratio after / before: below 1 is faster now.
@@ -84,12 +84,17 @@ def main() -> int:
     args = ap.parse_args()
     bench_args = args.bench_args or DEFAULT_BENCH_ARGS
     sides = {"before": base_python(args.base), "after": Path(sys.executable)}
+    # each side converts the bench model with its own converter into its own cache, or the two
+    # would redo each other's conversions every round
+    side_args = {name: list(bench_args) for name in sides}
+    if "--cache-dir" not in bench_args:
+        side_args["before"] += ["--cache-dir", str(sides["before"].parents[2] / "bench")]
     rounds: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
     cpu = ""
     for r in range(args.rounds):
         for name, python in sides.items():
             say(f"round {r + 1} of {args.rounds}: {name}")
-            report = run_bench(python, bench_args)
+            report = run_bench(python, side_args[name])
             cpu = report.get("cpu", cpu)
             rounds[name].append(stage_figures(report))
     keys = [k for k in rounds["after"][0] if all(k in run for side in rounds.values() for run in side)]
