@@ -10,14 +10,39 @@
 # (+BF16) and sapphirerapids (+AMX); libggml depends on all of them, so all are built (about five
 # minutes on two cores, once per machine).
 #
-# Defines ggml::ggml and ggml::ggml-base (imported), VOCABLE_GGML_LIB_DIR (the libraries and
-# the CPU variants), VOCABLE_GGML_RUNTIME_FILES (what a package ships) and VOCABLE_GGML_LICENSE.
+# VOCABLE_VULKAN (AUTO, ON or OFF) adds ggml's Vulkan backend, a loadable module beside the CPU
+# variants (libggml-vulkan.so) that the engine loads where a Vulkan loader and device exist. AUTO
+# builds it when glslc, the Vulkan headers and SPIRV-Headers are installed (Debian: glslc
+# libvulkan-dev spirv-headers; tools/system-packages.sh installs them); it adds about four
+# minutes on two cores.
+#
+# Defines ggml::ggml and ggml::ggml-base (imported), VOCABLE_GGML_LIB_DIR (the libraries, the CPU
+# variants and the device backends), VOCABLE_GGML_RUNTIME_FILES (what a package ships),
+# VOCABLE_GGML_BACKENDS (the device backends built: "vulkan" or empty) and VOCABLE_GGML_LICENSE.
 
 set(VOCABLE_GGML_SDIST_VERSION 0.20.2.post1)
 set(VOCABLE_GGML_SDIST_SHA256 e47ff53506342959ffb3ce15380b82828fea10ec5f208f9ef6915895f1a7a176)
 set(VOCABLE_GGML_OPTIONS
     -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON
     -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DGGML_CCACHE=OFF -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF)
+
+set(VOCABLE_VULKAN AUTO CACHE STRING "build ggml's Vulkan backend: AUTO (where its build tools are), ON or OFF")
+set_property(CACHE VOCABLE_VULKAN PROPERTY STRINGS AUTO ON OFF)
+set(VOCABLE_GGML_BACKENDS "")
+if(NOT VOCABLE_VULKAN STREQUAL "OFF")
+    find_program(_vocable_glslc glslc)
+    find_package(Vulkan QUIET)
+    find_package(SPIRV-Headers QUIET CONFIG)
+    if(_vocable_glslc AND Vulkan_FOUND AND SPIRV-Headers_FOUND)
+        list(APPEND VOCABLE_GGML_BACKENDS vulkan)
+        list(APPEND VOCABLE_GGML_OPTIONS -DGGML_VULKAN=ON)
+    elseif(VOCABLE_VULKAN STREQUAL "ON")
+        message(FATAL_ERROR "VOCABLE_VULKAN=ON needs glslc, the Vulkan headers and SPIRV-Headers "
+                            "(Debian: apt-get install glslc libvulkan-dev spirv-headers)")
+    else()
+        message(STATUS "ggml: no Vulkan backend (glslc, the Vulkan headers or SPIRV-Headers are missing)")
+    endif()
+endif()
 
 if(DEFINED ENV{VOCABLE_GGML_CACHE})
     set(_ggml_cache "$ENV{VOCABLE_GGML_CACHE}")
@@ -45,6 +70,8 @@ else()
 endif()
 
 file(READ "${CMAKE_CURRENT_LIST_DIR}/ggml-sharing-barrier.cmake" _ggml_patch)
+file(READ "${CMAKE_CURRENT_LIST_DIR}/ggml-vulkan-headers.cmake" _ggml_vulkan_patch)
+string(APPEND _ggml_patch "${_ggml_vulkan_patch}")
 string(SHA256 _ggml_key "${VOCABLE_GGML_SDIST_SHA256};${VOCABLE_GGML_OPTIONS};${_ggml_patch};${_ggml_compiler};${CMAKE_SYSTEM_PROCESSOR}")
 string(SUBSTRING "${_ggml_key}" 0 16 _ggml_key)
 set(_ggml_prefix "${_ggml_cache}/${VOCABLE_GGML_SDIST_VERSION}-${_ggml_key}")
@@ -79,6 +106,10 @@ function(_vocable_build_ggml prefix)
     file(ARCHIVE_EXTRACT INPUT "${sdist}" DESTINATION "${work}")
     set(src "${work}/libggml_python-${VOCABLE_GGML_SDIST_VERSION}/ggml")
     _vocable_ggml_run("patch" "${CMAKE_COMMAND}" -DGGML_SOURCE=${src} -P "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/ggml-sharing-barrier.cmake")
+    if("vulkan" IN_LIST VOCABLE_GGML_BACKENDS)
+        _vocable_ggml_run("patch" "${CMAKE_COMMAND}" -DGGML_SOURCE=${src}
+                          -P "${CMAKE_CURRENT_FUNCTION_LIST_DIR}/ggml-vulkan-headers.cmake")
+    endif()
 
     cmake_host_system_information(RESULT jobs QUERY NUMBER_OF_LOGICAL_CORES)
     string(TIMESTAMP t0 "%s")
@@ -124,13 +155,13 @@ foreach(name ggml-base ggml)
                           INTERFACE_INCLUDE_DIRECTORIES "${_ggml_prefix}/include")
 endforeach()
 set_target_properties(ggml::ggml PROPERTIES INTERFACE_LINK_LIBRARIES ggml::ggml-base)
-# The runtime: the two libraries under their sonames and every CPU variant.
+# The runtime: the two libraries under their sonames, every CPU variant and the device backends.
 set(VOCABLE_GGML_RUNTIME_FILES "")
 foreach(name ggml-base ggml)
     file(REAL_PATH "${VOCABLE_GGML_LIB_DIR}/lib${name}.so.0" real)
     list(APPEND VOCABLE_GGML_RUNTIME_FILES "${real}|lib${name}.so.0")
 endforeach()
-file(GLOB _ggml_variants "${VOCABLE_GGML_LIB_DIR}/libggml-cpu-*.so")
+file(GLOB _ggml_variants "${VOCABLE_GGML_LIB_DIR}/libggml-cpu-*.so" "${VOCABLE_GGML_LIB_DIR}/libggml-vulkan.so")
 foreach(file IN LISTS _ggml_variants)
     get_filename_component(name "${file}" NAME)
     list(APPEND VOCABLE_GGML_RUNTIME_FILES "${file}|${name}")

@@ -71,6 +71,11 @@ variants=$(find "$copy" -name 'libggml-cpu-*.so' | wc -l)
 about="$tmp/about.txt"
 (cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin \
     "$exe" about --licenses --model "$model") > "$about" || fail "vocable about failed"
+# the devices: the CPU always; the Vulkan backend, where the wheel carried it, loads or says why not
+grep -q "^Devices found: cpu (" "$about" || fail "vocable about lists no devices: $(grep '^Devices' "$about")"
+if [ -n "$(find "$copy" -name 'libggml-vulkan.so')" ]; then
+    echo "bundle: carries ggml's Vulkan backend; $(grep '^Devices found' "$about")"
+fi
 if grep -q "no license text found" "$about"; then
     grep "no license text found" "$about" >&2
     fail "components without a license text in the bundle"

@@ -44,7 +44,8 @@ def run(tmp_path, purpose: str, *, installed: set[str], uid: int, sudo: str | No
 def test_nothing_missing_does_nothing(tmp_path):
     everything = {"g++", "python3", "python3-venv", "python3-dev", "libsndfile1", "libportaudio2", "libegl1", "libgl1",
                   "libfontconfig1", "libglib2.0-0", "libxkbcommon0", "libdbus-1-3", "fonts-dejavu-core",
-                  "libxcb-cursor0", "libxcb-icccm4", "libxcb-keysyms1"}
+                  "libxcb-cursor0", "libxcb-icccm4", "libxcb-keysyms1", "glslc", "libvulkan-dev", "spirv-headers",
+                  "mesa-vulkan-drivers"}
     proc, apt = run(tmp_path, "app", installed=everything, uid=0, sudo=None)
     assert proc.returncode == 0 and apt == [] and proc.stderr == ""
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system packages Vocable needs that this machine lacks, for one purpose:
 #   app    build and run the app (a compiler, Python's venv, PortAudio, libsndfile, what the
-#          PySide6 wheels' Qt loads from the system, a font, the xcb plugin's extra libraries)
+#          PySide6 wheels' Qt loads from the system, a font, the xcb plugin's extra libraries;
+#          for ggml's Vulkan backend glslc, the Vulkan and SPIR-V headers, and Mesa's Vulkan
+#          drivers: those of AMD and Intel GPUs, and lavapipe, the software one the tests use)
 #   test   the above, and what the tests drive: espeak-ng (speech-like clips), a PulseAudio
 #          server with a null sink (the playback and recording tests) and its ALSA plugin
 #   bundle the above, and what the bundle's check runs: Xvfb and desktop-file-validate
@@ -15,7 +17,8 @@ purpose="${1:-app}"
 
 app_packages=(g++ python3 python3-venv python3-dev libsndfile1 libportaudio2
     libegl1 libgl1 libfontconfig1 libglib2.0-0 libxkbcommon0 libdbus-1-3 fonts-dejavu-core
-    libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1)
+    libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1
+    glslc libvulkan-dev spirv-headers mesa-vulkan-drivers)
 test_packages=(espeak-ng pulseaudio pulseaudio-utils libasound2-plugins)
 bundle_packages=(xvfb desktop-file-utils)
 fuzz_packages=(clang-14 libclang-rt-14-dev llvm-14)

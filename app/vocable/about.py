@@ -236,12 +236,25 @@ def versions() -> list[tuple[str, str]]:
             ("Engine", f"{_engine.version()} (ABI {_engine.abi_version()}, accepts {_engine.abi_min_version()} "
                        f"to {_engine.abi_version()})"),
             ("ggml", _engine.ggml_version()),
-            ("CPU backend", _engine.system_info())]
+            ("CPU backend", _engine.system_info()),
+            ("Devices found", devices_text())]
     pyside = _pyside_version()
     if pyside:
         rows.append(("Qt", f"{_qt_version(pyside)} (PySide6 {pyside})"))
     rows.append(("Python", sys.version.split()[0]))
     return rows
+
+
+def devices_text() -> str:
+    """The devices ggml finds, the CPU first, with each GPU's memory; then why a device backend
+    shipped with the engine found none (no Vulkan loader on this machine, say)."""
+    from . import _engine
+    parts = []
+    for d in _engine.devices():
+        memory = f", {d['memory_total'] / 2 ** 30:.1f} GiB" if d["kind"] != "cpu" and d["memory_total"] else ""
+        parts.append(f"{d['id']} ({d['description']}{memory})")
+    notes = _engine.device_notes().splitlines()
+    return ", ".join(parts) + "".join(f"; {note}" for note in notes)
 
 
 def model_license(license: str | None, repo: str | None = None) -> str:

@@ -210,6 +210,27 @@ typedef struct qt_audio {
  * BMI2 AVX512 ...); kernels: avx512; variants: zen4, icelake, ..."; or why none could be loaded. The string lives as long as the library. */
 QT_API const char * qt_system_info(void);
 
+/* A device ggml can compute on. Strings are NUL-terminated and cut to fit. */
+typedef struct qt_device_info {
+    char     id[32];            /* "cpu", "vulkan:0": the backend and the device's index in it */
+    char     description[128];  /* "AMD EPYC 7B13", "NVIDIA GeForce RTX 3060", "llvmpipe (...)" */
+    char     kind[8];           /* "cpu", "gpu", "igpu" (integrated) or "accel" */
+    uint64_t memory_total;      /* bytes, as the backend reports them (the CPU: system memory) */
+    uint64_t memory_free;
+} qt_device_info;
+
+/* The devices found: the CPU, then those of the device backends shipped beside ggml (Vulkan;
+ * CUDA and Metal where built), loaded on the first call. A backend that cannot load (no Vulkan
+ * loader on this machine, say) or finds no device adds a line to qt_device_notes() and no
+ * device. Mesa's software Vulkan driver (lavapipe) is listed only when selected with
+ * GGML_VK_VISIBLE_DEVICES. Returns the count, or -1 when not even the CPU backend loads
+ * (qt_last_error() says why). */
+QT_API int32_t qt_device_count(void);
+/* Device `index` (0 .. qt_device_count() - 1), its free memory as of this call. */
+QT_API qt_status qt_get_device(int32_t index, qt_device_info * out);
+/* Why a device backend gave no device, one line each ("" when none). Lives as long as the library. */
+QT_API const char * qt_device_notes(void);
+
 /* Library version string ("MAJOR.MINOR.PATCH") and the ABI range this build accepts. */
 QT_API const char * qt_version(void);
 QT_API int32_t      qt_abi_version(void);

@@ -480,6 +480,32 @@ PYBIND11_MODULE(_engine, m) {
     m.def("system_info", [] { return utf8_text(qt_system_info()); },
           "The CPU backend in use: ggml's variant for this processor, the instruction sets it uses, the "
           "engine's kernels and every variant found (qt_system_info()).");
+    m.def("devices", [] {
+              const int32_t n = qt_device_count();
+              if (n < 0) {
+                  raise_status(QT_STATUS_FAILED, qt_last_error());
+              }
+              py::list out;
+              for (int32_t i = 0; i < n; ++i) {
+                  qt_device_info d{};
+                  const qt_status status = qt_get_device(i, &d);
+                  if (status != QT_STATUS_OK) {
+                      raise_status(status, qt_last_error());
+                  }
+                  py::dict item;
+                  item["id"] = utf8_text(d.id);
+                  item["description"] = utf8_text(d.description);
+                  item["kind"] = utf8_text(d.kind);
+                  item["memory_total"] = d.memory_total;
+                  item["memory_free"] = d.memory_free;
+                  out.append(item);
+              }
+              return out;
+          },
+          "The devices found, the CPU first: dicts of id ('cpu', 'vulkan:0'), description, kind ('cpu', 'gpu', "
+          "'igpu', 'accel'), memory_total and memory_free in bytes (qt_device_count(), qt_get_device()).");
+    m.def("device_notes", [] { return utf8_text(qt_device_notes()); },
+          "Why a device backend shipped with the engine gave no device, one line each (qt_device_notes()).");
     m.def("voice_ref_min_samples", &qt_voice_ref_min_samples);
     m.def("voice_ref_max_samples", &qt_voice_ref_max_samples);
     m.def("quantize", &quantize, py::arg("data"), py::arg("type"));

@@ -3,6 +3,7 @@
 #include "log.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -207,7 +208,124 @@ cpu_backend_info load() {
     return info;
 }
 
+// The device backends ggml can build as loadable modules, by their file's name.
+#if defined(_WIN32)
+constexpr const char * k_device_modules[] = { "ggml-vulkan.dll", "ggml-cuda.dll" };
+#elif defined(__APPLE__)
+constexpr const char * k_device_modules[] = { "libggml-metal.so", "libggml-vulkan.so" };
+#else
+constexpr const char * k_device_modules[] = { "libggml-vulkan.so", "libggml-cuda.so" };
+#endif
+
+// Opens a module to learn whether it can be loaded at all ("" when it can), so that a missing
+// dependency (the Vulkan loader, the CUDA runtime) is reported in the linker's own words.
+std::string load_failure(const fs::path & path) {
+#if defined(_WIN32)
+    HMODULE lib = LoadLibraryW(path.wstring().c_str());
+    if (!lib) {
+        return format("cannot load %s (error %lu)", path.string().c_str(), GetLastError());
+    }
+    FreeLibrary(lib);
+    return {};
+#else
+    void * lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char * why = dlerror();
+        return why ? why : "cannot load " + path.string();
+    }
+    dlclose(lib);
+    return {};
+#endif
+}
+
+std::vector<std::string> load_device_backends() {
+    std::vector<std::string> notes;
+    for (const char * module : k_device_modules) {
+        for (const fs::path & dir : { folder_of(reinterpret_cast<const void *>(&ggml_backend_load)),
+                                      folder_of(reinterpret_cast<const void *>(&cpu_backend_loaded)) / "lib" }) {
+            std::error_code ec;
+            const fs::path path = dir / module;
+            if (!fs::is_regular_file(path, ec)) {
+                continue;
+            }
+            const std::string failure = load_failure(path);
+            if (!failure.empty()) {
+                notes.push_back(format("%s: %s", module, failure.c_str()));
+            } else if (ggml_backend_reg_t reg = ggml_backend_load(path.string().c_str())) {
+                if (ggml_backend_reg_dev_count(reg) == 0) {
+                    const std::string name = ggml_backend_reg_name(reg);
+                    notes.push_back(format("%s: no %s device found%s", module, name.c_str(),
+                                           name == "Vulkan" ? " (a software driver such as Mesa's lavapipe is listed "
+                                                              "only when GGML_VK_VISIBLE_DEVICES selects it)"
+                                                            : ""));
+                }
+            } else {
+                notes.push_back(format("%s: ggml could not register it", module));
+            }
+            break;  // the first copy found is the one
+        }
+    }
+    return notes;
+}
+
+const char * kind_of(enum ggml_backend_dev_type type) {
+    switch (type) {
+        case GGML_BACKEND_DEVICE_TYPE_CPU: return "cpu";
+        case GGML_BACKEND_DEVICE_TYPE_GPU: return "gpu";
+        case GGML_BACKEND_DEVICE_TYPE_IGPU: return "igpu";
+        default: return "accel";
+    }
+}
+
 } // namespace
+
+devices_found devices_loaded() {
+    const cpu_backend_info & cpu = cpu_backend_loaded();
+    static std::mutex               mutex;
+    static std::vector<std::string> notes;
+    static bool                     done = false;
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!done) {
+            notes = load_device_backends();
+            done = true;
+            for (const std::string & note : notes) {
+                QT_LOG_INFO("device backend: %s", note.c_str());
+            }
+        }
+    }
+    devices_found found;
+    found.notes = notes;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        const enum ggml_backend_dev_type type = ggml_backend_dev_type(dev);
+        if (type == GGML_BACKEND_DEVICE_TYPE_CPU && dev != cpu.device) {
+            continue;  // another CPU backend's (a BLAS one, say): the engine computes on its own
+        }
+        device_info d;
+        d.device = dev;
+        d.kind = kind_of(type);
+        d.description = ggml_backend_dev_description(dev);
+        if (type == GGML_BACKEND_DEVICE_TYPE_CPU) {
+            d.id = "cpu";
+        } else {
+            ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+            std::string backend = ggml_backend_reg_name(reg);
+            std::transform(backend.begin(), backend.end(), backend.begin(),
+                           [](unsigned char c) { return char(std::tolower(c)); });
+            size_t index = 0;
+            while (index < ggml_backend_reg_dev_count(reg) && ggml_backend_reg_dev_get(reg, index) != dev) {
+                ++index;
+            }
+            d.id = backend + ":" + std::to_string(index);
+        }
+        ggml_backend_dev_memory(dev, &d.memory_free, &d.memory_total);
+        found.devices.push_back(std::move(d));
+    }
+    std::stable_partition(found.devices.begin(), found.devices.end(),
+                          [](const device_info & d) { return d.kind == "cpu"; });
+    return found;
+}
 
 std::string cpu_backend_info::describe(const char * kernels) const {
     return variant + " (" + features + "); kernels: " + kernels + "; variants: " + joined(available);

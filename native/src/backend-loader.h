@@ -31,4 +31,28 @@ struct cpu_backend_info {
 // qt::error (QT_STATUS_FAILED) when no variant can be loaded or the forced one cannot run here.
 const cpu_backend_info & cpu_backend_loaded();
 
+// A device ggml can compute on: the CPU, or one of a device backend's (Vulkan; CUDA and Metal
+// where built).
+struct device_info {
+    std::string        id;           // "cpu", "vulkan:0": the backend's name and the device's index in it
+    std::string        description;  // "AMD EPYC 7B13", "llvmpipe (LLVM 15.0.6, 256 bits)"
+    std::string        kind;         // "cpu", "gpu", "igpu" (integrated) or "accel"
+    size_t             memory_total = 0;  // bytes, as the backend reports them
+    size_t             memory_free = 0;
+    ggml_backend_dev_t device = nullptr;
+};
+
+struct devices_found {
+    std::vector<device_info> devices;  // the CPU first
+    // Why a device backend beside ggml gave no device, one line each: it could not be loaded
+    // (no Vulkan loader on this machine, say) or it found no device.
+    std::vector<std::string> notes;
+};
+
+// Loads the CPU backend and every device backend module beside ggml (libggml-vulkan.so, ...)
+// once, and lists the devices with their free memory as of this call. A backend that cannot
+// load is a note, never an error: the CPU is always there. Throws only what
+// cpu_backend_loaded() throws.
+devices_found devices_loaded();
+
 } // namespace qt

@@ -143,6 +143,58 @@ const char * qt_system_info(void) {
     return text.c_str();
 }
 
+namespace {
+
+void copy_text(char * dst, size_t size, const std::string & text) {
+    const size_t n = std::min(size - 1, text.size());
+    memcpy(dst, text.data(), n);
+    dst[n] = '\0';
+}
+
+} // namespace
+
+int32_t qt_device_count(void) {
+    int32_t n = -1;
+    const qt_status status = guarded([&] { n = int32_t(qt::devices_loaded().devices.size()); });
+    return status == QT_STATUS_OK ? n : -1;
+}
+
+qt_status qt_get_device(int32_t index, qt_device_info * out) {
+    if (!out) {
+        qt::set_last_error("qt_get_device: out is NULL");
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    memset(out, 0, sizeof(*out));
+    return guarded([&] {
+        const qt::devices_found found = qt::devices_loaded();
+        if (index < 0 || size_t(index) >= found.devices.size()) {
+            throw qt::error(QT_STATUS_INVALID_PARAMS, qt::format("qt_get_device: no device %d (there are %zu)", index,
+                                                                 found.devices.size()));
+        }
+        const qt::device_info & d = found.devices[size_t(index)];
+        copy_text(out->id, sizeof(out->id), d.id);
+        copy_text(out->description, sizeof(out->description), d.description);
+        copy_text(out->kind, sizeof(out->kind), d.kind);
+        out->memory_total = d.memory_total;
+        out->memory_free = d.memory_free;
+    });
+}
+
+const char * qt_device_notes(void) {
+    static std::mutex  mutex;
+    static std::string text;
+    std::lock_guard<std::mutex> lock(mutex);
+    try {
+        text.clear();
+        for (const std::string & note : qt::devices_loaded().notes) {
+            text += (text.empty() ? "" : "\n") + note;
+        }
+    } catch (const std::exception & e) {
+        text = std::string("no CPU backend: ") + e.what();
+    }
+    return text.c_str();
+}
+
 const char * qt_version(void) { return QWEN3_TTS_VERSION; }
 int32_t qt_abi_version(void) { return QT_ABI_VERSION; }
 int32_t qt_abi_min_version(void) { return QT_ABI_MIN_VERSION; }
