@@ -54,6 +54,7 @@ cpu_kernels detect_kernels() {
 }
 
 std::atomic<int> g_forced_kernels{ -1 };
+thread_local bool t_standard_ops = false;
 
 // The panels of a packed_weight: 32 outputs by 256-deep blocks, k-major within a block.
 constexpr int64_t k_pack_depth = 256;
@@ -792,7 +793,18 @@ cpu_kernels cpu_kernels_best() {
     return best;
 }
 
+standard_ops_scope::standard_ops_scope(bool active) : previous_(t_standard_ops) {
+    t_standard_ops = previous_ || active;
+}
+
+standard_ops_scope::~standard_ops_scope() { t_standard_ops = previous_; }
+
+bool standard_ops_only() { return t_standard_ops; }
+
 cpu_kernels cpu_kernels_active() {
+    if (t_standard_ops) {
+        return cpu_kernels::generic;
+    }
     const int forced = g_forced_kernels.load();
     return forced >= 0 ? cpu_kernels(forced) : cpu_kernels_best();
 }

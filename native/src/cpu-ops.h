@@ -31,6 +31,22 @@ void        cpu_kernels_force(cpu_kernels kernels);
 void        cpu_kernels_unforce();
 const char * cpu_kernels_name(cpu_kernels kernels);
 
+// While an active one lives, graphs built on this thread use ggml's standard ops only, for a
+// device backend, which runs no custom op: cpu_kernels_active() answers generic there and
+// mat_vecs (mat-vecs.h) is a plain ggml_mul_mat. Scopes nest.
+class standard_ops_scope {
+public:
+    explicit standard_ops_scope(bool active);
+    ~standard_ops_scope();
+    standard_ops_scope(const standard_ops_scope &) = delete;
+    standard_ops_scope & operator=(const standard_ops_scope &) = delete;
+
+private:
+    bool previous_;
+};
+// Whether a standard_ops_scope is active on this thread.
+bool standard_ops_only();
+
 // y (N, T, B) = W^T x (+ b) (+ r) for x = (K, T, B) with rows at any stride (overlapping
 // sliding windows included) and W = (K, N, Bw) with rows at any stride, B % Bw == 0 (batch i
 // uses W batch i / (B / Bw), as ggml_mul_mat broadcasts). With `r_in_place`, y overwrites r

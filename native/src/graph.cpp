@@ -71,6 +71,25 @@ std::vector<float> tensor_f32(const ggml_tensor * t) {
     return out;
 }
 
+// ---- compute_backend -------------------------------------------------------------------------
+
+ggml_gallocr_t compute_backend::allocator() const {
+    if (!allocr_) {
+        allocr_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(get())));
+        if (!allocr_) {
+            throw error(QT_STATUS_OUT_OF_MEMORY, "cannot create the compute buffer allocator");
+        }
+    }
+    return allocr_.get();
+}
+
+void compute_backend::trim_allocator() const noexcept {
+    constexpr size_t k_keep_bytes = size_t(512) << 20;
+    if (allocr_ && ggml_gallocr_get_buffer_size(allocr_.get(), 0) > k_keep_bytes) {
+        allocr_.reset();
+    }
+}
+
 // ---- cpu_backend -----------------------------------------------------------------------------
 
 cpu_backend::cpu_backend(int n_threads, bool share_cores)
@@ -107,27 +126,10 @@ cpu_backend::cpu_backend(int n_threads, bool share_cores)
 }
 
 cpu_backend::~cpu_backend() {
-    allocr_.reset();
+    release_allocator();
     backend_.reset();
     if (threadpool_) {
         threadpool_free_(threadpool_);
-    }
-}
-
-ggml_gallocr_t cpu_backend::allocator() const {
-    if (!allocr_) {
-        allocr_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
-        if (!allocr_) {
-            throw error(QT_STATUS_OUT_OF_MEMORY, "cannot create the compute buffer allocator");
-        }
-    }
-    return allocr_.get();
-}
-
-void cpu_backend::trim_allocator() const noexcept {
-    constexpr size_t k_keep_bytes = size_t(512) << 20;
-    if (allocr_ && ggml_gallocr_get_buffer_size(allocr_.get(), 0) > k_keep_bytes) {
-        allocr_.reset();
     }
 }
 
@@ -160,10 +162,43 @@ void cpu_backend::set_cancel(const std::function<bool()> * cancelled) const {
         const_cast<std::function<bool()> *>(cancelled));
 }
 
+// ---- device_backend --------------------------------------------------------------------------
+
+device_backend::device_backend(ggml_backend_dev_t device) {
+    backend_.reset(ggml_backend_dev_init(device, nullptr));
+    if (!backend_) {
+        throw error(QT_STATUS_FAILED, format("cannot start the device %s (%s)", ggml_backend_dev_name(device),
+                                             ggml_backend_dev_description(device)));
+    }
+}
+
+device_backend::~device_backend() {
+    release_allocator();
+    backend_.reset();
+}
+
+void device_backend::compute(ggml_cgraph * graph, const char * what) const {
+    // A backend aborts the process on an op it lacks: refuse the graph with a message instead.
+    for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
+        const ggml_tensor * node = ggml_graph_node(graph, i);
+        if (!ggml_backend_supports_op(backend_.get(), node)) {
+            throw error(QT_STATUS_FAILED, format("%s: %s cannot compute %s (%s of %s)", what,
+                                                 ggml_backend_name(backend_.get()), ggml_op_desc(node), node->name,
+                                                 ggml_type_name(node->type)));
+        }
+    }
+    const ggml_status status = ggml_backend_graph_compute(backend_.get(), graph);
+    if (status != GGML_STATUS_SUCCESS) {
+        throw error(status == GGML_STATUS_ALLOC_FAILED ? QT_STATUS_OUT_OF_MEMORY : QT_STATUS_FAILED,
+                    format("%s failed on %s (%s)", what, ggml_backend_name(backend_.get()),
+                           ggml_status_to_string(status)));
+    }
+}
+
 // ---- graph_run -------------------------------------------------------------------------------
 
-graph_run::graph_run(const cpu_backend & backend, const stage_dumper & dumper, size_t max_nodes)
-    : backend_(backend), dumper_(dumper), max_nodes_(max_nodes) {
+graph_run::graph_run(const compute_backend & backend, const stage_dumper & dumper, size_t max_nodes)
+    : backend_(backend), standard_ops_(!backend.runs_cpu_kernels()), dumper_(dumper), max_nodes_(max_nodes) {
     ctx_ = new_metadata_context(max_nodes, true, "graph context");
 }
 

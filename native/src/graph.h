@@ -38,6 +38,34 @@ ggml_context_ptr new_metadata_context(size_t n_tensors, bool with_graph, const c
 // Throws qt::error for a type ggml cannot convert.
 std::vector<float> tensor_f32(const ggml_tensor * t);
 
+// Where graphs run: the CPU (cpu_backend: the engine's thread pool and its own kernels) or a
+// device of a ggml device backend (device_backend: a GPU through Vulkan, CUDA or Metal), whose
+// graphs are built from ggml's standard ops only.
+class compute_backend {
+public:
+    virtual ~compute_backend() = default;
+
+    virtual ggml_backend_t get() const = 0;
+    // Whether graphs for it may use the engine's CPU kernels (custom ops, cpu-ops.h).
+    virtual bool runs_cpu_kernels() const = 0;
+    // Computes a graph that is already allocated; throws QT_STATUS_CANCELLED when the cancel
+    // check stopped it and QT_STATUS_FAILED naming `what` on any other failure.
+    virtual void compute(ggml_cgraph * graph, const char * what) const = 0;
+    // One compute-buffer allocator for every graph: it grows to the largest graph seen and is
+    // reused, so repeated calls do not fault in fresh pages.
+    ggml_gallocr_t allocator() const;
+    // Frees the compute buffer once it has grown past what typical requests need (a long
+    // reference clip can take a gigabyte), so an idle engine does not hold it.
+    void trim_allocator() const noexcept;
+
+protected:
+    // Derived destructors call this first: the compute buffer goes before the backend it serves.
+    void release_allocator() noexcept { allocr_.reset(); }
+
+private:
+    mutable ggml_gallocr_ptr allocr_;
+};
+
 // One CPU backend with a persistent thread pool. Owned by the context and shared by all
 // components so threads are created once.
 //
@@ -45,25 +73,18 @@ std::vector<float> tensor_f32(const ggml_tensor * t);
 // (core-share.h), between 1 and `n_threads`, re-measured every quarter second; otherwise always
 // on `n_threads`. Idle workers sleep instead of polling for the next graph, so a pool that
 // shrank does not keep burning the cores it gave back.
-class cpu_backend {
+class cpu_backend : public compute_backend {
 public:
     explicit cpu_backend(int n_threads, bool share_cores = false);
-    ~cpu_backend();
+    ~cpu_backend() override;
     cpu_backend(const cpu_backend &) = delete;
     cpu_backend & operator=(const cpu_backend &) = delete;
 
-    ggml_backend_t get() const { return backend_.get(); }
+    ggml_backend_t get() const override { return backend_.get(); }
+    bool           runs_cpu_kernels() const override { return true; }
     int            n_threads() const { return n_threads_; }
 
-    // Computes a graph that is already allocated; throws QT_STATUS_CANCELLED when the cancel
-    // check stopped it and QT_STATUS_FAILED naming `what` on any other failure.
-    void compute(ggml_cgraph * graph, const char * what) const;
-    // One compute-buffer allocator for every graph: it grows to the largest graph seen and is
-    // reused, so repeated calls do not fault in fresh pages.
-    ggml_gallocr_t allocator() const;
-    // Frees the compute buffer once it has grown past what typical requests need (a long
-    // reference clip can take a gigabyte), so an idle engine does not hold it.
-    void trim_allocator() const noexcept;
+    void compute(ggml_cgraph * graph, const char * what) const override;
     // While set, graph computations poll `cancelled` between nodes and stop early
     // (graph_run::compute then throws QT_STATUS_CANCELLED). nullptr clears it.
     void set_cancel(const std::function<bool()> * cancelled) const;
@@ -76,7 +97,6 @@ private:
     using set_threadpool_t = void (*)(ggml_backend_t, ggml_threadpool *);
 
     ggml_backend_ptr  backend_;
-    mutable ggml_gallocr_ptr allocr_;
     ggml_backend_set_n_threads_t      set_n_threads_ = nullptr;
     ggml_backend_set_abort_callback_t set_abort_callback_ = nullptr;
     threadpool_free_t                 threadpool_free_ = nullptr;
@@ -87,7 +107,25 @@ private:
     mutable int       active_threads_;
 };
 
-// Builds one graph, allocates it, fills its inputs, computes it and dumps its stages:
+// A device of a ggml device backend (devices_loaded(), backend-loader.h): its graphs are built
+// from ggml's standard ops, their weights and caches live in its memory.
+class device_backend : public compute_backend {
+public:
+    explicit device_backend(ggml_backend_dev_t device);
+    ~device_backend() override;
+    device_backend(const device_backend &) = delete;
+    device_backend & operator=(const device_backend &) = delete;
+
+    ggml_backend_t get() const override { return backend_.get(); }
+    bool           runs_cpu_kernels() const override { return false; }
+    void           compute(ggml_cgraph * graph, const char * what) const override;
+
+private:
+    ggml_backend_ptr backend_;
+};
+
+// Builds one graph, allocates it, fills its inputs, computes it and dumps its stages (on a
+// device, from standard ops only):
 //
 //     graph_run run(backend, dumper, 4096);
 //     ggml_tensor * x = run.input_f32("mel", mel.data(), {n_mels, n_frames});
@@ -96,7 +134,7 @@ private:
 //     run.read(y, out);
 class graph_run {
 public:
-    graph_run(const cpu_backend & backend, const stage_dumper & dumper, size_t max_nodes);
+    graph_run(const compute_backend & backend, const stage_dumper & dumper, size_t max_nodes);
     ~graph_run();  // outputs are read before this; it may free the compute buffer
 
     ggml_context * ctx() const { return ctx_.get(); }
@@ -129,7 +167,8 @@ private:
         std::vector<uint8_t> bytes;
     };
 
-    const cpu_backend &        backend_;
+    const compute_backend &    backend_;
+    standard_ops_scope         standard_ops_;  // for a device: the graph has no CPU kernels
     const stage_dumper &       dumper_;
     size_t                     max_nodes_;
     ggml_context_ptr           ctx_;

@@ -65,7 +65,7 @@ void check_ids(const int32_t * ids, int64_t n, int limit, const char * what) {
 
 } // namespace
 
-std::vector<float> talker::text_embed(const cpu_backend & backend, const int32_t * ids, int64_t n) const {
+std::vector<float> talker::text_embed(const compute_backend & backend, const int32_t * ids, int64_t n) const {
     if (n <= 0) {
         return {};
     }
@@ -80,7 +80,7 @@ std::vector<float> talker::text_embed(const cpu_backend & backend, const int32_t
     return run.read_f32(x);
 }
 
-std::vector<float> talker::codec_embed(const cpu_backend & backend, const int32_t * ids, int64_t n) const {
+std::vector<float> talker::codec_embed(const compute_backend & backend, const int32_t * ids, int64_t n) const {
     if (n <= 0) {
         return {};
     }
@@ -347,7 +347,7 @@ ggml_tensor * decode_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor 
 
 // ---- talker_state ----------------------------------------------------------------------------
 
-talker_state::talker_state(const talker & model, const cpu_backend & backend, int64_t max_positions,
+talker_state::talker_state(const talker & model, const compute_backend & backend, int64_t max_positions,
                            ggml_type kv_type, int n_seqs)
     : model_(model), backend_(backend), capacity_(max_positions), n_past_(size_t(std::max(n_seqs, 0)), 0) {
     const talker_hparams & hp = model.hp_;
@@ -375,8 +375,13 @@ talker_state::talker_state(const talker & model, const cpu_backend & backend, in
                            2.0 * hp.layers * hp.kv_heads * hp.head_dim * double(capacity_) * n_seqs *
                                double(ggml_type_size(kv_type)) / (1024.0 * 1024.0)));
     }
-    // Only written rows are ever read (the prefill's mask and the step kernel's lengths stop at
-    // the last one of each sequence), so the cache needs no clearing.
+    // On the CPU only written rows are ever read (the prefill's mask and the step kernel's
+    // lengths stop at the last one of each sequence), so the cache needs no clearing. A device's
+    // step attends over every row, masked: a row never written must still hold a number (a
+    // masked NaN poisons the sum), so its cache starts at zero.
+    if (!backend.runs_cpu_kernels()) {
+        ggml_backend_buffer_clear(cache_buf_.get(), 0);
+    }
     steps_.resize(size_t(n_seqs));
     graph_for(1);  // the single step, so that a request fails here rather than mid-way
 }
@@ -390,7 +395,10 @@ talker_state::step_graph & talker_state::graph_for(int width) {
     }
     auto sg = std::make_unique<step_graph>();
     const talker_hparams & hp = model_.hp_;
-    sg->inputs_ctx = new_metadata_context(4, false, "talker step inputs context");
+    const bool         device = !backend_.runs_cpu_kernels();
+    standard_ops_scope standard_ops(device);
+    const int64_t      cache_rows = k_cache_.front()->ne[1];
+    sg->inputs_ctx = new_metadata_context(5, false, "talker step inputs context");
     ggml_context * ictx = sg->inputs_ctx.get();
     sg->embed = ggml_new_tensor_2d(ictx, GGML_TYPE_F32, hp.hidden, width);
     sg->pos = ggml_new_tensor_1d(ictx, GGML_TYPE_I32, width);
@@ -400,6 +408,10 @@ talker_state::step_graph & talker_state::graph_for(int width) {
     ggml_set_name(sg->pos, "step_pos");
     ggml_set_name(sg->slot, "step_slot");
     ggml_set_name(sg->base, "step_base");
+    if (device) {
+        sg->mask = ggml_new_tensor_2d(ictx, GGML_TYPE_F16, cache_rows, width);
+        ggml_set_name(sg->mask, "step_mask");
+    }
     sg->inputs_buf.reset(ggml_backend_alloc_ctx_tensors(ictx, backend_.get()));
     if (!sg->inputs_buf) {
         throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the talker step inputs");
@@ -414,6 +426,11 @@ talker_state::step_graph & talker_state::graph_for(int width) {
             ggml_tensor * kc = store_rows(ctx, k_cache_[size_t(il)], k, sg->slot);
             ggml_tensor * vc = store_rows(ctx, v_cache_[size_t(il)],
                                           ggml_reshape_3d(ctx, v, hp.head_dim, hp.kv_heads, width), sg->slot);
+            if (device) {  // every cache row, those of other sequences and past the position masked
+                ggml_tensor * a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), kc, vc, sg->mask,
+                                                      1.0f / std::sqrt(float(hp.head_dim)), 0.0f, 0.0f);
+                return ggml_reshape_2d(ctx, a, int64_t(hp.head_dim) * hp.heads, width);  // a is (hd, heads, width)
+            }
             ggml_tensor * a = decode_attention(ctx, q, kc, vc, sg->pos, sg->base);
             return ggml_reshape_2d(ctx, a, int64_t(hp.head_dim) * hp.heads, width);
         };
@@ -579,6 +596,14 @@ void talker_state::step_batch(const int * seqs, int n, const float * embeds, tal
         slot[size_t(i)] = first_row(seq) + n_past(seq);
     }
     step_graph & g = graph_for(n);
+    if (g.mask) {
+        const int64_t rows = g.mask->ne[0];
+        std::vector<ggml_fp16_t> mask(size_t(rows * n), ggml_fp32_to_fp16(-INFINITY));
+        for (int i = 0; i < n; ++i) {
+            std::fill_n(mask.begin() + i * rows + base[size_t(i)], pos[size_t(i)] + 1, ggml_fp32_to_fp16(0.0f));
+        }
+        ggml_backend_tensor_set(g.mask, mask.data(), 0, ggml_nbytes(g.mask));
+    }
     ggml_backend_tensor_set(g.embed, embeds, 0, ggml_nbytes(g.embed));
     ggml_backend_tensor_set(g.pos, pos.data(), 0, ggml_nbytes(g.pos));
     ggml_backend_tensor_set(g.base, base.data(), 0, ggml_nbytes(g.base));

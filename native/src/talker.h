@@ -12,7 +12,7 @@
 //     while (...) { st.step(next_embedding, out); }
 //
 // Threads: a talker may serve several states, but every call computes on the context's
-// cpu_backend (its thread pool and, for text_embed/codec_embed/prefill, its shared compute
+// compute_backend (the CPU's thread pool and, for text_embed/codec_embed/prefill, its shared compute
 // allocator), so calls on one backend must not overlap.
 #pragma once
 
@@ -56,9 +56,9 @@ public:
 
     // text_proj2(SiLU(text_proj1(text_embd[ids]))) with biases: n vectors of `hidden` floats,
     // position-major ([n, hidden], ggml ne = (hidden, n)). Ids must be < text_vocab.
-    std::vector<float> text_embed(const cpu_backend & backend, const int32_t * ids, int64_t n) const;
+    std::vector<float> text_embed(const compute_backend & backend, const int32_t * ids, int64_t n) const;
     // codec_embd[ids], same layout. Ids must be < vocab.
-    std::vector<float> codec_embed(const cpu_backend & backend, const int32_t * ids, int64_t n) const;
+    std::vector<float> codec_embed(const compute_backend & backend, const int32_t * ids, int64_t n) const;
 
     // Bytes of weights one decoding step reads (every layer matrix, the norms and codec_head).
     size_t step_weight_bytes() const;
@@ -98,12 +98,13 @@ private:
 // gives the same codes as alone. Per step only the input embeddings and the positions (which are
 // also the cache rows written and the valid lengths attended over) are uploaded. The step's
 // attention is a custom kernel that reads only the valid cache rows of each sequence, each once
-// for the query heads that share it; the prefill uses ggml's flash attention with a causal mask.
+// for the query heads that share it (on a device: ggml's flash attention over the whole cache
+// with a mask of the valid rows); the prefill uses ggml's flash attention with a causal mask.
 // f16 halves the bytes a step reads from the cache (keys and values are rounded once, when
 // written); f32 is exact.
 class talker_state {
 public:
-    talker_state(const talker & model, const cpu_backend & backend, int64_t max_positions,
+    talker_state(const talker & model, const compute_backend & backend, int64_t max_positions,
                  ggml_type kv_type = GGML_TYPE_F32, int n_seqs = 1);
     ~talker_state();
     talker_state(const talker_state &) = delete;
@@ -144,6 +145,7 @@ private:
         ggml_tensor *           pos = nullptr;     // (width) i32: position = valid length - 1
         ggml_tensor *           slot = nullptr;    // (width) i64: the cache row written
         ggml_tensor *           base = nullptr;    // (width) i32: the sequence's first cache row
+        ggml_tensor *           mask = nullptr;    // on a device: (cache rows, width) f16, 0 where attended
         ggml_tensor *           logits = nullptr;  // (vocab, width)
         ggml_tensor *           hidden = nullptr;  // (hidden, width)
     };
@@ -151,8 +153,8 @@ private:
     // Cache rows of sequence `seq` start at this row.
     int64_t first_row(int seq) const { return int64_t(seq) * capacity_; }
 
-    const talker &       model_;
-    const cpu_backend &  backend_;
+    const talker &          model_;
+    const compute_backend & backend_;
     int64_t              capacity_;  // per sequence
     std::vector<int64_t> n_past_;    // per sequence
 

@@ -21,7 +21,7 @@ struct loaded_model {
 
 // A model file with its talker loaded; the caller loads further parts from m->loader.
 template <class Model = loaded_model>
-std::unique_ptr<Model> load_talker(const std::string & path, const qt::cpu_backend & backend) {
+std::unique_ptr<Model> load_talker(const std::string & path, const qt::compute_backend & backend) {
     auto m = std::make_unique<Model>();
     m->loader = std::make_unique<qt::model_loader>(path, backend.get());
     m->talker.load(*m->loader);
