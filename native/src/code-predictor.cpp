@@ -190,7 +190,7 @@ size_t code_predictor::frame_weight_bytes() const {
 
 // ---- code_predictor_state --------------------------------------------------------------------
 
-code_predictor_state::code_predictor_state(const code_predictor & model, const cpu_backend & backend,
+code_predictor_state::code_predictor_state(const code_predictor & model, const compute_backend & backend,
                                            const cp_sampling & sampling, int max_batch)
     : model_(model), backend_(backend), sampling_(sampling), max_batch_(max_batch) {
     const code_predictor_hparams & hp = model.hp_;
@@ -200,7 +200,7 @@ code_predictor_state::code_predictor_state(const code_predictor & model, const c
     const int64_t n_pos = hp.n_codes + 1;  // positions of a frame: h, code0, ..., code14
     const int64_t B = max_batch;
 
-    const size_t n_tensors = size_t(2 * hp.layers + 9);
+    const size_t n_tensors = size_t(2 * hp.layers + 7 + 2 * hp.n_codes);
     state_ctx_ = new_metadata_context(n_tensors, false, "code predictor state context");
     ggml_context * sctx = state_ctx_.get();
     for (int i = 0; i < hp.layers; ++i) {
@@ -214,35 +214,40 @@ code_predictor_state::code_predictor_state(const code_predictor & model, const c
     in_uniform_ = ggml_new_tensor_2d(sctx, GGML_TYPE_F32, B, hp.n_codes);
     in_sampling_ = ggml_new_tensor_2d(sctx, GGML_TYPE_F32, 3, B);
     in_forced_ = ggml_new_tensor_2d(sctx, GGML_TYPE_I32, B, hp.n_codes);
-    c_pos_ = ggml_new_tensor_1d(sctx, GGML_TYPE_I32, 2 * B + (hp.n_codes - 1) * B);
-    c_slot_ = ggml_new_tensor_1d(sctx, GGML_TYPE_I64, n_pos);
+    for (int q = 1; q <= hp.n_codes; ++q) {
+        const int64_t T = q == 1 ? 2 : 1;
+        c_pass_pos_.push_back(ggml_new_tensor_1d(sctx, GGML_TYPE_I32, T * B));
+        c_pass_slots_.push_back(ggml_new_tensor_1d(sctx, GGML_TYPE_I64, T));
+        ggml_format_name(c_pass_pos_.back(), "cp_positions_%d", q);
+        ggml_format_name(c_pass_slots_.back(), "cp_slots_%d", q);
+    }
     c_mask_ = ggml_new_tensor_2d(sctx, GGML_TYPE_F16, 2, 2);
     ggml_set_name(in_hidden_, "cp_talker_hidden");
     ggml_set_name(in_code0_, "cp_code0");
     ggml_set_name(in_uniform_, "cp_uniforms");
     ggml_set_name(in_sampling_, "cp_sampling");
     ggml_set_name(in_forced_, "cp_forced");
-    ggml_set_name(c_pos_, "cp_positions");
-    ggml_set_name(c_slot_, "cp_slots");
     ggml_set_name(c_mask_, "cp_prefill_mask");
     state_buf_.reset(ggml_backend_alloc_ctx_tensors(sctx, backend.get()));
     if (!state_buf_) {
         throw error(QT_STATUS_OUT_OF_MEMORY, "cannot allocate the code predictor state");
     }
     // the positions of each pass, request after request: 0, 1 for the prefill, then q for pass q
-    std::vector<int32_t> pos;
-    for (int64_t b = 0; b < B; ++b) {
-        pos.insert(pos.end(), { 0, 1 });
+    for (int q = 1; q <= hp.n_codes; ++q) {
+        std::vector<int32_t> pos;
+        std::vector<int64_t> slots;
+        if (q == 1) {
+            for (int64_t b = 0; b < B; ++b) {
+                pos.insert(pos.end(), { 0, 1 });
+            }
+            slots = { 0, 1 };
+        } else {
+            pos.assign(size_t(B), q);
+            slots = { int64_t(q) };
+        }
+        ggml_backend_tensor_set(c_pass_pos_[size_t(q - 1)], pos.data(), 0, pos.size() * sizeof(int32_t));
+        ggml_backend_tensor_set(c_pass_slots_[size_t(q - 1)], slots.data(), 0, slots.size() * sizeof(int64_t));
     }
-    for (int q = 2; q <= hp.n_codes; ++q) {
-        pos.insert(pos.end(), size_t(B), q);
-    }
-    std::vector<int64_t> slot(static_cast<size_t>(n_pos));
-    for (int64_t i = 0; i < n_pos; ++i) {
-        slot[size_t(i)] = i;
-    }
-    ggml_backend_tensor_set(c_pos_, pos.data(), 0, ggml_nbytes(c_pos_));
-    ggml_backend_tensor_set(c_slot_, slot.data(), 0, ggml_nbytes(c_slot_));
     // query 0 (h) sees key 0; query 1 (code0) sees keys 0 and 1
     const ggml_fp16_t mask[4] = { ggml_fp32_to_fp16(0.0f), ggml_fp32_to_fp16(k_neg_inf), ggml_fp32_to_fp16(0.0f),
                                   ggml_fp32_to_fp16(0.0f) };
@@ -264,6 +269,7 @@ code_predictor_state::frame_graph & code_predictor_state::graph_for(int width) {
         return *slot;
     }
     auto fg = std::make_unique<frame_graph>();
+    standard_ops_scope             standard_ops(!backend_.runs_cpu_kernels());
     const code_predictor &         m = model_;
     const code_predictor_hparams & hp = m.hp_;
     const int                      hd = hp.head_dim;
@@ -318,9 +324,8 @@ code_predictor_state::frame_graph & code_predictor_state::graph_for(int width) {
             codec_sum = ggml_add(ctx, codec_sum, e);
             x = proj(e);
         }
-        const size_t  pos_offset = q == 1 ? 0 : size_t(2 * max_batch_ + (q - 2) * max_batch_) * c_pos_->nb[0];
-        ggml_tensor * pos = ggml_view_1d(ctx, c_pos_, T * B, pos_offset);
-        ggml_tensor * slots = ggml_view_1d(ctx, c_slot_, T, size_t(p0) * c_slot_->nb[0]);
+        ggml_tensor * pos = ggml_view_1d(ctx, c_pass_pos_[size_t(q - 1)], T * B, 0);  // the first B requests'
+        ggml_tensor * slots = c_pass_slots_[size_t(q - 1)];
         auto rope = [&](ggml_tensor * t) {
             return ggml_rope_ext(ctx, t, pos, nullptr, hd, GGML_ROPE_TYPE_NEOX, 0, hp.rope_theta, 1.0f, 0.0f, 1.0f,
                                  0.0f, 0.0f);
@@ -342,6 +347,9 @@ code_predictor_state::frame_graph & code_predictor_state::graph_for(int width) {
             ggml_tensor * a = ggml_flash_attn_ext(ctx, queries, rows(kc[size_t(il)]), rows(vc[size_t(il)]),
                                                   T == 2 ? c_mask_ : nullptr, 1.0f / std::sqrt(float(hd)), 0.0f,
                                                   0.0f);  // (hd, heads, T, B)
+            if (standard_ops_only()) {  // a device: f32 accumulation, as the CPU's
+                ggml_flash_attn_ext_set_prec(a, GGML_PREC_F32);
+            }
             x = ggml_add(ctx, x, mat_vecs(ctx, l.o, ggml_reshape_2d(ctx, a, int64_t(hd) * hp.heads, T * B)));
             h = rms_norm(ctx, x, l.ffn_norm, eps);
             h = ggml_swiglu_split(ctx, mat_vecs(ctx, l.gate, h), mat_vecs(ctx, l.up, h));
@@ -369,9 +377,14 @@ code_predictor_state::frame_graph & code_predictor_state::graph_for(int width) {
         ggml_build_forward_expand(fg->graph, fg->codes[i]);
     }
     ggml_build_forward_expand(fg->graph, fg->codec);
-    fg->alloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
-    if (!fg->alloc || !ggml_gallocr_alloc_graph(fg->alloc.get(), fg->graph)) {
-        throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the code predictor graph");
+    fg->sched = backend_.new_scheduler(max_nodes);
+    if (fg->sched) {
+        alloc_scheduled(fg->sched.get(), fg->graph, "code predictor graph");
+    } else {
+        fg->alloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get())));
+        if (!fg->alloc || !ggml_gallocr_alloc_graph(fg->alloc.get(), fg->graph)) {
+            throw error(QT_STATUS_OUT_OF_MEMORY, "not enough memory for the code predictor graph");
+        }
     }
     slot = std::move(fg);
     return *slot;
@@ -427,7 +440,11 @@ void code_predictor_state::run(const cp_frame * frames, int n, const int32_t * f
     ggml_backend_tensor_set(in_uniform_, u.data(), 0, ggml_nbytes(in_uniform_));
     ggml_backend_tensor_set(in_sampling_, sampling.data(), 0, sampling.size() * sizeof(float));
     frame_graph & g = graph_for(n);
-    backend_.compute(g.graph, "code predictor computation");
+    if (g.sched) {
+        compute_scheduled(g.sched.get(), g.graph, "code predictor computation");
+    } else {
+        backend_.compute(g.graph, "code predictor computation");
+    }
     for (int i = 0; i < n; ++i) {
         for (int q = 0; q < hp.n_codes; ++q) {
             ggml_backend_tensor_get(g.codes[size_t(q)], &frames[i].codes[q], size_t(i) * sizeof(int32_t), sizeof(int32_t));

@@ -19,6 +19,9 @@
 //     code_predictor_state cp(model, backend, sampling);
 //     cp.predict(talker_out.hidden.data(), code0, frame, codes, next_codec, dump_on_frame_0);
 //
+// On a device (a GPU through ggml's device backends), the frame is the same graph of ggml's
+// standard ops but for the sampler, which a scheduler runs on the CPU between the passes.
+//
 // Threads: calls on one cpu_backend must not overlap (its thread pool computes every graph).
 #pragma once
 
@@ -100,7 +103,7 @@ struct cp_frame {
 // (mat-vecs.h), so a request gives the same codes in a batch as alone.
 class code_predictor_state {
 public:
-    code_predictor_state(const code_predictor & model, const cpu_backend & backend, const cp_sampling & sampling = {},
+    code_predictor_state(const code_predictor & model, const compute_backend & backend, const cp_sampling & sampling = {},
                          int max_batch = 1);
     ~code_predictor_state();
     code_predictor_state(const code_predictor_state &) = delete;
@@ -133,6 +136,7 @@ private:
         ggml_context_ptr           ctx;
         ggml_cgraph *              graph = nullptr;
         ggml_gallocr_ptr           alloc;
+        ggml_backend_sched_ptr     sched;           // on a device: its sampler runs on the CPU
         std::vector<ggml_tensor *> codes;           // n_codes x (width) i32
         std::vector<ggml_tensor *> logits;          // n_codes x (vocab, width) f32
         ggml_tensor *              prefill = nullptr;  // (talker_hidden, 2, width) f32
@@ -141,8 +145,8 @@ private:
     frame_graph & graph_for(int width);
     void          run(const cp_frame * frames, int n, const int32_t * forced);
 
-    const code_predictor & model_;
-    const cpu_backend &    backend_;
+    const code_predictor &  model_;
+    const compute_backend & backend_;
     cp_sampling            sampling_;
     int                    max_batch_;
 
@@ -156,8 +160,11 @@ private:
     ggml_tensor *              in_sampling_ = nullptr;  // (3, max_batch) f32: temperature, top_k, top_p
     ggml_tensor *              in_forced_ = nullptr;    // (max_batch, n_codes) i32: a code to feed instead, or -1
     bool                       forcing_ = false;        // in_forced_ holds codes (else all -1)
-    ggml_tensor *              c_pos_ = nullptr;        // i32: 0, 1 per request, then max_batch x 2, 3, ...
-    ggml_tensor *              c_slot_ = nullptr;       // (n_codes + 1) i64: 0, 1, ...
+    // Per pass (q - 1), each its own tensor (a device reads an index tensor from the start of
+    // its buffer, not from an offset view): the positions, i32, 0 and 1 per request for the
+    // prefill then q for each; the KV rows written, i64, 0 and 1 then q.
+    std::vector<ggml_tensor *> c_pass_pos_;
+    std::vector<ggml_tensor *> c_pass_slots_;
     ggml_tensor *              c_mask_ = nullptr;       // (2, 2) f16: causal mask of the prefill
 
     std::vector<std::unique_ptr<frame_graph>> graphs_;  // by width - 1

@@ -164,7 +164,7 @@ void cpu_backend::set_cancel(const std::function<bool()> * cancelled) const {
 
 // ---- device_backend --------------------------------------------------------------------------
 
-device_backend::device_backend(ggml_backend_dev_t device) {
+device_backend::device_backend(ggml_backend_dev_t device, const cpu_backend & host) : host_(host) {
     backend_.reset(ggml_backend_dev_init(device, nullptr));
     if (!backend_) {
         throw error(QT_STATUS_FAILED, format("cannot start the device %s (%s)", ggml_backend_dev_name(device),
@@ -192,6 +192,31 @@ void device_backend::compute(ggml_cgraph * graph, const char * what) const {
         throw error(status == GGML_STATUS_ALLOC_FAILED ? QT_STATUS_OUT_OF_MEMORY : QT_STATUS_FAILED,
                     format("%s failed on %s (%s)", what, ggml_backend_name(backend_.get()),
                            ggml_status_to_string(status)));
+    }
+}
+
+ggml_backend_sched_ptr device_backend::new_scheduler(size_t max_nodes) const {
+    ggml_backend_t backends[] = { backend_.get(), host_.get() };  // ggml wants the CPU last
+    // its tables hold every tensor of the graph (leaves too) and the copies between the backends
+    const size_t size = 4 * max_nodes + 1024;
+    ggml_backend_sched_ptr sched(ggml_backend_sched_new(backends, nullptr, 2, size, false, false));
+    if (!sched) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, "cannot create a graph scheduler");
+    }
+    return sched;
+}
+
+void alloc_scheduled(ggml_backend_sched_t sched, ggml_cgraph * graph, const char * what) {
+    if (!ggml_backend_sched_alloc_graph(sched, graph)) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, format("not enough memory for the %s", what));
+    }
+}
+
+void compute_scheduled(ggml_backend_sched_t sched, ggml_cgraph * graph, const char * what) {
+    const ggml_status status = ggml_backend_sched_graph_compute(sched, graph);
+    if (status != GGML_STATUS_SUCCESS) {
+        throw error(status == GGML_STATUS_ABORTED ? QT_STATUS_CANCELLED : QT_STATUS_FAILED,
+                    format("%s failed (%s)", what, ggml_status_to_string(status)));
     }
 }
 

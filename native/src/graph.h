@@ -51,6 +51,10 @@ public:
     // Computes a graph that is already allocated; throws QT_STATUS_CANCELLED when the cancel
     // check stopped it and QT_STATUS_FAILED naming `what` on any other failure.
     virtual void compute(ggml_cgraph * graph, const char * what) const = 0;
+    // For a graph with ops this backend lacks (the engine's CPU kernels in a device's graph): a
+    // scheduler that runs those on the CPU and the rest here, copying between them. Null where
+    // every op runs here (the CPU). `max_nodes`: the graph's node capacity.
+    virtual ggml_backend_sched_ptr new_scheduler(size_t /*max_nodes*/) const { return nullptr; }
     // One compute-buffer allocator for every graph: it grows to the largest graph seen and is
     // reused, so repeated calls do not fault in fresh pages.
     ggml_gallocr_t allocator() const;
@@ -108,10 +112,11 @@ private:
 };
 
 // A device of a ggml device backend (devices_loaded(), backend-loader.h): its graphs are built
-// from ggml's standard ops, their weights and caches live in its memory.
+// from ggml's standard ops, their weights and caches live in its memory. `host` runs what the
+// device cannot (new_scheduler), and must outlive it.
 class device_backend : public compute_backend {
 public:
-    explicit device_backend(ggml_backend_dev_t device);
+    device_backend(ggml_backend_dev_t device, const cpu_backend & host);
     ~device_backend() override;
     device_backend(const device_backend &) = delete;
     device_backend & operator=(const device_backend &) = delete;
@@ -119,10 +124,17 @@ public:
     ggml_backend_t get() const override { return backend_.get(); }
     bool           runs_cpu_kernels() const override { return false; }
     void           compute(ggml_cgraph * graph, const char * what) const override;
+    ggml_backend_sched_ptr new_scheduler(size_t max_nodes) const override;
 
 private:
-    ggml_backend_ptr backend_;
+    ggml_backend_ptr    backend_;
+    const cpu_backend & host_;
 };
+
+// Allocates a graph through `sched` (a compute_backend's new_scheduler) once, for computing it
+// again and again (compute_scheduled); throws QT_STATUS_OUT_OF_MEMORY naming `what`.
+void alloc_scheduled(ggml_backend_sched_t sched, ggml_cgraph * graph, const char * what);
+void compute_scheduled(ggml_backend_sched_t sched, ggml_cgraph * graph, const char * what);
 
 // Builds one graph, allocates it, fills its inputs, computes it and dumps its stages (on a
 // device, from standard ops only):

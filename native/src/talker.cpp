@@ -429,6 +429,7 @@ talker_state::step_graph & talker_state::graph_for(int width) {
             if (device) {  // every cache row, those of other sequences and past the position masked
                 ggml_tensor * a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), kc, vc, sg->mask,
                                                       1.0f / std::sqrt(float(hp.head_dim)), 0.0f, 0.0f);
+                ggml_flash_attn_ext_set_prec(a, GGML_PREC_F32);  // f32 accumulation, as the CPU's
                 return ggml_reshape_2d(ctx, a, int64_t(hp.head_dim) * hp.heads, width);  // a is (hd, heads, width)
             }
             ggml_tensor * a = decode_attention(ctx, q, kc, vc, sg->pos, sg->base);
@@ -542,6 +543,9 @@ void talker_state::prefill(const stage_dumper & dumper, const float * embeds, in
             };
             ggml_tensor * a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), rows(kc), rows(vc), gmask,
                                                   1.0f / std::sqrt(float(hp.head_dim)), 0.0f, 0.0f);
+            if (standard_ops_only()) {  // a device: f32 accumulation, as the CPU's
+                ggml_flash_attn_ext_set_prec(a, GGML_PREC_F32);
+            }
             return ggml_reshape_2d(ctx, a, int64_t(hp.head_dim) * hp.heads, n);  // result is (hd, heads, n)
         };
         x = model_.layer_forward(ctx, x, model_.layers_[size_t(il)], gpos, true, attend);

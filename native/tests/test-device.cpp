@@ -1,11 +1,14 @@
-// The talker on a device of a ggml device backend (Vulkan; in CI Mesa's software driver,
-// lavapipe) against the same model on the CPU: weights and KV cache in the device's memory,
-// graphs of ggml's standard ops. Text and codec embeddings, a prefill, teacher-forced steps of
-// one sequence and of two side by side (the step's mask of each sequence's cache rows), each at
-// cosine >= 0.999 with the same greedy code0.
+// The talker and the code predictor on a device of a ggml device backend (Vulkan; in CI Mesa's
+// software driver, lavapipe) against the same model on the CPU: weights and KV caches in the
+// device's memory, graphs of ggml's standard ops (the code predictor's sampler runs on the CPU
+// between its passes). Text and codec embeddings, a prefill, teacher-forced steps of one
+// sequence and of two side by side (the step's mask of each sequence's cache rows), each at
+// cosine >= 0.999 with the same greedy code0; code-predictor frames: greedy with the same codes,
+// sampled (fed the CPU's draws) at cosine >= 0.999 in every pass.
 //
 //     test-device MODEL.gguf     exit 77 (skipped), with the reason, where no device is found
 #include "backend-loader.h"
+#include "code-predictor.h"
 #include "graph.h"
 #include "talker.h"
 #include "test-model.h"
@@ -49,7 +52,7 @@ int run(const std::string & path) {
     printf("device %s: %s\n", device->id.c_str(), device->description.c_str());
 
     qt::cpu_backend    cpu(2);
-    qt::device_backend dev(device->device);
+    qt::device_backend dev(device->device, cpu);
     auto               on_cpu = test::load_talker(path, cpu);
     auto               on_dev = test::load_talker(path, dev);
     const qt::talker & tc = on_cpu->talker;
@@ -103,7 +106,56 @@ int run(const std::string & path) {
                     pd[seq]);
         }
     }
-    return test::finish("the talker on the device agrees with the CPU");
+
+    // the code predictor: its frames on the device, its sampler on the CPU between the passes;
+    // the talker's hidden state and code0 of each frame from the CPU
+    qt::code_predictor cpc, cpd;
+    cpc.load(*on_cpu->loader, tc);
+    cpd.load(*on_dev->loader, td);
+    const int                n_codes = cpc.hparams().n_codes;
+    qt::code_predictor_state on_cpu_cp(cpc, cpu), on_dev_cp(cpd, dev);
+    for (const float temperature : { 0.0f, 0.9f }) {
+        qt::cp_sampling sampling;
+        sampling.temperature = temperature;
+        sampling.top_k = 50;
+        sampling.seed = 7;
+        on_cpu_cp.set_sampling(sampling);
+        on_dev_cp.set_sampling(sampling);
+        qt::talker_state st(tc, cpu, 64);
+        qt::talker_output        out;
+        st.prefill(no_dump, prompt.data(), n, out);
+        int    same = 0, total = 0;
+        double logits_cos = 1.0, next_cos = 1.0;
+        for (uint64_t frame = 0; frame < 4; ++frame) {
+            const int32_t        code0 = argmax(out.logits);
+            std::vector<int32_t> codes_c(static_cast<size_t>(n_codes)), codes_d(static_cast<size_t>(n_codes));
+            std::vector<float>   next_c(static_cast<size_t>(hp.hidden)), next_d(static_cast<size_t>(hp.hidden));
+            on_cpu_cp.predict(out.hidden.data(), code0, frame, codes_c.data(), next_c.data());
+            // sampled: the device is fed the CPU's draws (teacher forcing), so that every pass is compared
+            // even after a draw whose probability moved across the uniform by a rounding
+            on_dev_cp.predict(out.hidden.data(), code0, frame, codes_d.data(), next_d.data(), nullptr,
+                       temperature > 0 ? codes_c.data() : nullptr);
+            for (int q = 0; q < n_codes; ++q) {
+                same += codes_c[size_t(q)] == codes_d[size_t(q)];
+            }
+            total += n_codes;
+            logits_cos = std::min(logits_cos, cosine(on_cpu_cp.last_logits(), on_dev_cp.last_logits()));
+            next_cos = std::min(next_cos, cosine(next_c, next_d));
+            st.step(next_c.data(), out);
+        }
+        if (temperature > 0) {
+            check(logits_cos >= k_min_cosine && next_cos >= k_min_cosine,
+                  "code predictor, sampled (temperature 0.9, top-k 50), teacher-forced over 4 frames: logits cosine "
+                  ">= %.6f, next input cosine >= %.6f",
+                  logits_cos, next_cos);
+        } else {
+            check(same == total && logits_cos >= k_min_cosine && next_cos >= k_min_cosine,
+                  "code predictor, greedy: %d/%d codes identical over 4 frames; logits cosine >= %.6f, next input "
+                  "cosine >= %.6f",
+                  same, total, logits_cos, next_cos);
+        }
+    }
+    return test::finish("the talker and the code predictor on the device agree with the CPU");
 }
 
 } // namespace
