@@ -48,12 +48,13 @@
 #    define QT_API
 #endif
 
-#define QT_ABI_VERSION     5
+#define QT_ABI_VERSION     6
 /* Version 3 added audio: qt_init_params.codec_chunk_sec, the audio fields of qt_chunk and
  * qt_tts_result (so their size changed) and qt_decode. Callers built for 1 or 2 are refused.
  * Version 4 added qt_init_params.share_cores at the end of the struct; a version 3 caller gets
  * its default (on). Version 5 added qt_synthesize_batch and qt_chunk.last at the end of the
- * struct (which the library fills and older callers do not read). */
+ * struct (which the library fills and older callers do not read). Version 6 added
+ * qt_init_params.device at the end; older callers get the CPU. */
 #define QT_ABI_MIN_VERSION 3
 
 /* Most requests qt_synthesize_batch runs side by side. */
@@ -102,6 +103,12 @@ typedef struct qt_init_params {
     int32_t         share_cores;   /* nonzero (default): run each computation on as many of the
                                       n_threads as other processes leave cores free, measured
                                       every quarter second (Linux); 0: always n_threads */
+    const char *    device;        /* where the talker and the code predictor run (ABI 6): NULL or
+                                      "cpu" (default), "auto" (the first GPU qt_get_device lists,
+                                      else the CPU) or a qt_device_info.id ("vulkan:0"). A device
+                                      that is not found or fails to start leaves them on the CPU,
+                                      with a warning in the log; qt_device_in_use says where they
+                                      run. The other stages run on the CPU. */
 } qt_init_params;
 
 /* What a loaded model is; filled by qt_get_model_info(). */
@@ -250,6 +257,11 @@ QT_API void qt_free(qt_context * ctx);
 
 /* Returns QT_STATUS_OK, or QT_STATUS_INVALID_PARAMS on NULL arguments. */
 QT_API qt_status qt_get_model_info(const qt_context * ctx, qt_model_info * out);
+
+/* Where the context's talker and code predictor run: "cpu" or a qt_device_info.id; and, when the
+ * device asked for is not in use, why ("" otherwise). Both live as long as the context. */
+QT_API const char * qt_device_in_use(const qt_context * ctx);
+QT_API const char * qt_device_fallback(const qt_context * ctx);
 
 /* The context keeps its last few talker prefills: a request whose prompt equals one of them
  * (same voice, language and text, any seed) restores it instead of computing it, with the same

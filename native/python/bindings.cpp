@@ -110,8 +110,10 @@ qt_tts_params voice_params(qt_voice_ref & voice, const f32_array & speaker_embed
 class engine_context {
 public:
     engine_context(const std::string & model_path, int n_threads, const std::optional<std::string> & dump_dir,
-                   std::optional<py::function> log_callback, float codec_chunk_sec, bool share_cores) {
+                   std::optional<py::function> log_callback, float codec_chunk_sec, bool share_cores,
+                   const std::string & device) {
         qt_init_params ip = qt_init_default_params();
+        ip.device = device.c_str();
         ip.model_path = model_path.c_str();
         ip.n_threads = n_threads;
         ip.dump_dir = dump_dir ? dump_dir->c_str() : nullptr;
@@ -131,6 +133,13 @@ public:
         }
     }
     ~engine_context() { close(); }
+
+    py::tuple device() const {
+        if (!ctx_) {
+            raise_status(QT_STATUS_INVALID_PARAMS, "the engine is closed");
+        }
+        return py::make_tuple(utf8_text(qt_device_in_use(ctx_)), utf8_text(qt_device_fallback(ctx_)));
+    }
 
     void close() {
         if (ctx_) {
@@ -518,9 +527,13 @@ PYBIND11_MODULE(_engine, m) {
 
     py::class_<engine_context>(m, "Context")
         .def(py::init<const std::string &, int, const std::optional<std::string> &, std::optional<py::function>,
-                      float, bool>(),
+                      float, bool, const std::string &>(),
              py::arg("model_path"), py::arg("n_threads") = 0, py::arg("dump_dir") = py::none(),
-             py::arg("log_callback") = py::none(), py::arg("codec_chunk_sec") = 0.0f, py::arg("share_cores") = true)
+             py::arg("log_callback") = py::none(), py::arg("codec_chunk_sec") = 0.0f, py::arg("share_cores") = true,
+             py::arg("device") = "cpu")
+        .def("device", &engine_context::device,
+             "(where the talker and the code predictor run: 'cpu' or a device id, why the device asked for is "
+             "not in use or '') (qt_device_in_use(), qt_device_fallback()).")
         .def("close", &engine_context::close)
         .def("model_info", &engine_context::model_info)
         .def("extract_voice_ref", &engine_context::extract_voice_ref, py::arg("pcm"))

@@ -259,7 +259,9 @@ code_predictor_state::code_predictor_state(const code_predictor & model, const c
     graph_for(1);
 }
 
-code_predictor_state::~code_predictor_state() = default;
+code_predictor_state::~code_predictor_state() {
+    ggml_backend_synchronize(backend_.get());  // a device may still be reading the buffers being freed
+}
 
 void code_predictor_state::set_sampling(const cp_sampling & sampling) { sampling_ = sampling; }
 

@@ -699,6 +699,9 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
     }
 #endif
     ggml_tensor * y = ggml_mul_mat(ctx, w, x);
+    if (t_standard_ops) {  // a device: f32 accumulation, as the CPU's
+        ggml_mul_mat_set_prec(y, GGML_PREC_F32);
+    }
     if (b) {
         y = ggml_add(ctx, y, b);
     }

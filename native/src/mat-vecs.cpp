@@ -279,8 +279,10 @@ ggml_tensor * mat_vecs(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->ne[0] == w->ne[0] && x->ne[2] == 1 && x->ne[3] == 1 &&
                 x->nb[0] == sizeof(float) && ggml_is_contiguous_rows(w) && w->ne[2] == 1 && w->ne[3] == 1);
     const int64_t cols = x->ne[1];
-    if (standard_ops_only()) {
-        return ggml_mul_mat(ctx, w, x);  // a device: one product, its own kernels
+    if (standard_ops_only()) {  // a device: one product, its own kernels, accumulating in f32
+        ggml_tensor * y = ggml_mul_mat(ctx, w, x);
+        ggml_mul_mat_set_prec(y, GGML_PREC_F32);
+        return y;
     }
     const ggml_type_traits_cpu * traits = cols > 1 ? traits_of(w->type) : nullptr;
     if (cols == 1 || !traits || !traits->vec_dot || traits->nrows != 1 ||

@@ -48,7 +48,17 @@ struct qt_context {
     qt::talker                        talker;
     qt::prompt_builder                prompts;
     qt::code_predictor                predictor;
-    std::unique_ptr<qt::code_predictor_state> predictor_state;  // built on the first request
+    // With a device: the talker and the code predictor again, their weights in its memory
+    // (the CPU's copies stay: the prompt's embeddings are computed there).
+    std::unique_ptr<qt::device_backend> device;
+    std::string                         device_id = "cpu";
+    std::string                         device_fallback;  // why the device asked for is not in use
+    ggml_context_ptr                    device_weights_ctx;
+    ggml_backend_buffer_ptr             device_weights_buf;
+    qt::talker                          device_talker;
+    qt::code_predictor                  device_predictor;
+    // built on the first request; declared after what it uses (the device): destroyed before it
+    std::unique_ptr<qt::code_predictor_state> predictor_state;
     qt::prefill_cache                 prefills;
     std::vector<std::string>          language_names;  // parallel to prompts.language_ids()
     int32_t                           eos_id = 0;
@@ -212,9 +222,65 @@ qt_init_params qt_init_default_params(void) {
         /*.log_callback_user_data =*/ nullptr,
         /*.codec_chunk_sec        =*/ QT_DEFAULT_CODEC_CHUNK_SEC,
         /*.share_cores            =*/ 1,
+        /*.device                 =*/ "cpu",
     };
     return p;
 }
+
+namespace {
+
+// Puts the talker and the code predictor on `wanted` ("cpu", "auto" or a device id), loading
+// their weights there; a device that is missing or fails to start leaves them on the CPU, said
+// in the log and in ctx.device_fallback. A malformed name is an error.
+void start_device(qt_context & ctx, const char * model_path, const std::string & wanted) {
+    if (wanted == "cpu") {
+        return;
+    }
+    const bool auto_pick = wanted == "auto";
+    const size_t colon = wanted.find(':');
+    if (!auto_pick && (colon == std::string::npos || colon == 0 || colon + 1 == wanted.size() ||
+                       wanted.find_first_not_of("0123456789", colon + 1) != std::string::npos)) {
+        throw qt::error(QT_STATUS_INVALID_PARAMS, qt::format("device '%s': not cpu, auto or a device id such as "
+                                                             "vulkan:0", wanted.c_str()));
+    }
+    const qt::devices_found found = qt::devices_loaded();
+    const auto device = std::find_if(found.devices.begin(), found.devices.end(), [&](const qt::device_info & d) {
+        return auto_pick ? d.kind != "cpu" : d.id == wanted;
+    });
+    if (device == found.devices.end()) {
+        std::string listed;
+        for (const qt::device_info & d : found.devices) {
+            listed += (listed.empty() ? "" : ", ") + d.id;
+        }
+        ctx.device_fallback = auto_pick ? "no GPU was found (devices: " + listed + ")"
+                                        : "no device " + wanted + " (devices: " + listed + ")";
+        for (const std::string & note : found.notes) {
+            ctx.device_fallback += "; " + note;
+        }
+        if (!auto_pick) {
+            QT_LOG_WARN("%s: running on the CPU", ctx.device_fallback.c_str());
+        }
+        return;
+    }
+    try {
+        ctx.device = std::make_unique<qt::device_backend>(device->device, *ctx.backend);
+        qt::model_loader loader(model_path, ctx.device->get());
+        ctx.device_talker.load(loader);
+        ctx.device_predictor.load(loader, ctx.device_talker);
+        ctx.device_weights_ctx = loader.take_context();
+        ctx.device_weights_buf = loader.take_buffer();
+        ctx.device_id = device->id;
+        QT_LOG_INFO("talker and code predictor on %s (%s)", device->id.c_str(), device->description.c_str());
+    } catch (const qt::error & e) {
+        ctx.device_weights_buf.reset();
+        ctx.device_weights_ctx.reset();
+        ctx.device.reset();
+        ctx.device_fallback = device->id + " (" + device->description + ") failed to start: " + e.what();
+        QT_LOG_WARN("%s; running on the CPU", ctx.device_fallback.c_str());
+    }
+}
+
+} // namespace
 
 qt_context * qt_init(const qt_init_params * params) {
     if (!params) {
@@ -254,6 +320,8 @@ qt_context * qt_init(const qt_init_params * params) {
                                                                  params->model_path));
         }
         fill_model_info(loader, ctx->info, ctx->speaker, ctx->codec_enc);
+        const char * device = params->abi_version >= 6 && params->device && *params->device ? params->device : "cpu";
+        start_device(*ctx, params->model_path, device);
         const auto & dec = ctx->codec_dec.hparams();
         if (dec.sample_rate != ctx->info.sample_rate || dec.frame_samples != ctx->info.samples_per_frame ||
             dec.n_quantizers != ctx->info.n_codebooks || dec.codebook_size != ctx->info.codebook_size) {
@@ -291,6 +359,10 @@ void qt_forget_prompts(qt_context * ctx) {
         ctx->prefills.clear();
     }
 }
+
+const char * qt_device_in_use(const qt_context * ctx) { return ctx ? ctx->device_id.c_str() : ""; }
+
+const char * qt_device_fallback(const qt_context * ctx) { return ctx ? ctx->device_fallback.c_str() : ""; }
 
 qt_status qt_get_model_info(const qt_context * ctx, qt_model_info * out) {
     if (!ctx || !out) {
@@ -521,10 +593,19 @@ qt_status copy_result(const qt::synthesis_result & result, qt_tts_result * out) 
 qt::code_predictor_state & predictor_for(qt_context * ctx, int max_batch) {
     if (!ctx->predictor_state || ctx->predictor_state->max_batch() < max_batch) {
         ctx->predictor_state.reset();  // before the next is built: not both in memory
-        ctx->predictor_state = std::make_unique<qt::code_predictor_state>(ctx->predictor, *ctx->backend,
-                                                                          qt::cp_sampling{}, max_batch);
+        ctx->predictor_state = ctx->device ? std::make_unique<qt::code_predictor_state>(
+                                                 ctx->device_predictor, *ctx->device, qt::cp_sampling{}, max_batch)
+                                           : std::make_unique<qt::code_predictor_state>(
+                                                 ctx->predictor, *ctx->backend, qt::cp_sampling{}, max_batch);
     }
     return *ctx->predictor_state;
+}
+
+// The components a request runs through: the talker and the code predictor on the device when
+// there is one.
+qt::synthesis_models models_for(qt_context * ctx, int max_batch) {
+    return { ctx->device ? ctx->device_talker : ctx->talker, ctx->prompts, predictor_for(ctx, max_batch),
+             ctx->codec_dec, &ctx->prefills, ctx->device.get() };
 }
 
 } // namespace
@@ -544,9 +625,7 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
     qt::log_scope scope(ctx->log);
     qt::synthesis_result result;
     const qt_status status = guarded([&] {
-        result = qt::synthesize(*ctx->backend, ctx->dumper,
-                                { ctx->talker, ctx->prompts, predictor_for(ctx, 1), ctx->codec_dec, &ctx->prefills },
-                                req);
+        result = qt::synthesize(*ctx->backend, ctx->dumper, models_for(ctx, 1), req);
     });
     if (status != QT_STATUS_OK) {
         return status;
@@ -579,9 +658,7 @@ qt_status qt_synthesize_batch(qt_context * ctx, const qt_tts_params * params, in
     std::vector<qt::synthesis_result> results;
     const qt_status status = guarded([&] {
         const int width = std::min(max_batch, n_requests);
-        results = qt::synthesize_batch(
-            *ctx->backend, { ctx->talker, ctx->prompts, predictor_for(ctx, width), ctx->codec_dec, &ctx->prefills },
-            reqs, width);
+        results = qt::synthesize_batch(*ctx->backend, models_for(ctx, width), reqs, width);
     });
     if (status != QT_STATUS_OK) {
         return status;

@@ -105,7 +105,7 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
     }
     const double t_prompts = ms_since(t_start);
     width = int(std::min<size_t>(size_t(std::max(width, 1)), n));
-    talker_state state(m.talker_model, backend, capacity, GGML_TYPE_F32, width);
+    talker_state state(m.talker_model, m.generation ? *m.generation : backend, capacity, GGML_TYPE_F32, width);
     code_predictor_state & predictor = m.predictor;
     if (!batch) {
         predictor.set_sampling(reqs[0].predictor);

@@ -79,6 +79,9 @@ struct synthesis_models {
     code_predictor_state & predictor;
     const codec_decoder &  decoder;
     prefill_cache *        prefills = nullptr;  // none: every prefill is computed
+    // Where talker_model and predictor run (a device, with their weights there); null: the CPU
+    // backend every other stage runs on.
+    const compute_backend * generation = nullptr;
 };
 
 // Throws qt::error (QT_STATUS_CANCELLED when `cancelled` or `on_chunk` said so). Dumps the prompt, the

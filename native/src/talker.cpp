@@ -386,7 +386,9 @@ talker_state::talker_state(const talker & model, const compute_backend & backend
     graph_for(1);  // the single step, so that a request fails here rather than mid-way
 }
 
-talker_state::~talker_state() = default;
+talker_state::~talker_state() {
+    ggml_backend_synchronize(backend_.get());  // a device may still be reading the cache being freed
+}
 
 talker_state::step_graph & talker_state::graph_for(int width) {
     std::unique_ptr<step_graph> & slot = steps_[size_t(width - 1)];

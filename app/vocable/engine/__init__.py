@@ -7,9 +7,9 @@ converts models (`convert`, with the `gguf_header` and `safetensors_reader` read
 files); `runaway` watches a stream for generation that does not end. It reads and writes audio
 files (`vocable.audio.files`) but never touches an audio device.
 """
-from .engine import Engine
+from .engine import Engine, devices
 from .segments import FILE_BATCH, stream_frame_cap
 from .synthesis import IN_CONTEXT, X_VECTOR, AudioChunk, Progress, Synthesis, SynthesisResult
 
 __all__ = ["FILE_BATCH", "IN_CONTEXT", "X_VECTOR", "AudioChunk", "Engine", "Progress", "Synthesis", "SynthesisResult",
-           "stream_frame_cap"]
+           "devices", "stream_frame_cap"]

@@ -38,6 +38,12 @@ def _forward_log(level: int, text: str) -> None:
     log.log(_LEVELS.get(level, logging.INFO), "%s", text)
 
 
+
+def devices() -> list[dict]:
+    """The devices the engine can run on, the CPU first: dicts of id ("cpu", "vulkan:0"),
+    description, kind ("cpu", "gpu", "igpu", "accel"), memory_total and memory_free (bytes)."""
+    return _engine.devices()
+
 class Engine:
     """A loaded model. Calls from several threads are serialised (a context computes one
     request at a time, a synthesis stream holds it until it ends); use one Engine per thread for
@@ -45,12 +51,15 @@ class Engine:
 
     def __init__(self, model_path: str | os.PathLike, threads: int | None = None,
                  dump_dir: str | os.PathLike | None = None, codec_chunk_sec: float | None = None,
-                 share_cores: bool = True):
+                 share_cores: bool = True, device: str = "cpu"):
         """`threads`: the most threads a computation runs on (None: every core). `share_cores`:
         run on fewer while other processes keep cores busy (measured every quarter second), so a
         busy desktop slows synthesis by its share of the cores instead of stalling it.
         `codec_chunk_sec`: width of the codec decoder's chunks (and the largest streamed chunk),
-        None for the engine's default (_engine.DEFAULT_CODEC_CHUNK_SEC)."""
+        None for the engine's default (_engine.DEFAULT_CODEC_CHUNK_SEC). `device`: where the
+        talker and the code predictor run: "cpu", "auto" (the first GPU, else the CPU) or a device
+        id from `vocable.engine.devices()` ("vulkan:0"); one that is missing or fails to start
+        leaves them on the CPU (`device_fallback` says why). The other stages run on the CPU."""
         path = Path(model_path)
         if not path.is_file():
             raise ModelError(f"model file not found: {path}" + (" (it is a folder: convert it first with "
@@ -74,8 +83,9 @@ class Engine:
         self._languages = tuple(languages)
         try:
             self._ctx = _engine.Context(str(path), threads or 0, str(dump_dir) if dump_dir else None, _forward_log,
-                                        float(codec_chunk_sec or 0.0), bool(share_cores))
+                                        float(codec_chunk_sec or 0.0), bool(share_cores), str(device))
             self.info: dict = self._ctx.model_info()
+            self.device, self.device_fallback = self._ctx.device()
         except _engine.EngineError as e:
             raise ModelError(e.args[0]) from e
         except UnicodeDecodeError:  # text the header check did not see: the file replaced since
