@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,22 @@ def needs_vulkan_module():
                     "VOCABLE_VULKAN needs glslc, libvulkan-dev and spirv-headers)")
 
 
+def needs_lavapipe(computing: bool = False):
+    """Skips without Mesa's software Vulkan driver; `computing`: also where it is Mesa < 25, whose
+    lavapipe frees buffers its queue thread still uses (a heap corruption in about half the runs
+    that free a state's buffers, measured with 22.3.6; tools/system-packages.sh test installs 25
+    from bookworm-backports)."""
+    if not glob.glob("/usr/share/vulkan/icd.d/lvp_icd*.json"):
+        pytest.skip("Mesa's software Vulkan driver is not installed (mesa-vulkan-drivers)")
+    if computing and shutil.which("dpkg-query"):
+        version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "mesa-vulkan-drivers"],
+                                 capture_output=True, text=True).stdout
+        major = version.split(":")[-1].split(".")[0]
+        if major.isdigit() and int(major) < 25:
+            pytest.skip(f"Mesa {version}'s lavapipe frees buffers its queue thread still uses (heap corruption); "
+                        "the device tests need Mesa >= 25: tools/system-packages.sh test installs it")
+
+
 def test_the_cpu_is_always_there_and_first():
     devices = _engine.devices()
     cpu = devices[0]
@@ -48,9 +65,7 @@ def test_the_cpu_is_always_there_and_first():
 
 def test_lavapipe_is_found_through_the_vulkan_backend():
     needs_vulkan_module()
-    drivers = glob.glob("/usr/share/vulkan/icd.d/lvp_icd*.json")
-    if not drivers:
-        pytest.skip("Mesa's software Vulkan driver is not installed (mesa-vulkan-drivers)")
+    needs_lavapipe()
     out = found({"GGML_VK_VISIBLE_DEVICES": "0"})
     vulkan = [d for d in out["devices"] if d["id"].startswith("vulkan:")]
     assert out["devices"][0]["id"] == "cpu"
@@ -77,7 +92,7 @@ import numpy as np
 from vocable import Engine, Voice
 model, device, ref_dir, ref_text, text, frames = sys.argv[1:7]
 embedding, codes = np.load(ref_dir + "/speaker_embedding.npy"), np.load(ref_dir + "/ref_codes.npy")
-out = {}
+out, runs_by_mode = {}, {}
 with Engine(model, threads=2) as cpu, Engine(model, threads=2, device=device) as dev:
     out["device"], out["fallback"] = dev.device, dev.device_fallback
     for mode, voice in (("x-vector", Voice(embedding)), ("in-context", Voice(embedding, codes, ref_text))):
@@ -88,6 +103,7 @@ with Engine(model, threads=2) as cpu, Engine(model, threads=2, device=device) as
                 result = stream.result()
             runs[name] = (np.asarray(result.codes), streamed, np.asarray(result.audio), result.mode)
         c, d = runs["cpu"], runs["device"]
+        runs_by_mode[mode] = d[0]
         same = [bool(np.array_equal(x, y)) for x, y in zip(c[0], d[0])]
         whole = dev.decode(d[0])
         noise = np.sum((whole - d[1]) ** 2)
@@ -96,18 +112,21 @@ with Engine(model, threads=2) as cpu, Engine(model, threads=2, device=device) as
                      "stream_is_result": bool(np.array_equal(d[1], d[2])),
                      "decode_snr_db": float(10 * np.log10(np.sum(whole ** 2) / noise)) if noise > 0 else 1e9,
                      "audio_identical": bool(np.array_equal(c[2], d[2]))}
+    again = {}
+    for mode, voice in (("x-vector", Voice(embedding)), ("in-context", Voice(embedding, codes, ref_text))):
+        with dev.synthesize(text, voice, "english", greedy=True, max_frames=int(frames)) as stream:
+            again[mode] = np.asarray(stream.result().codes)
+    out["repeat_identical"] = all(bool(np.array_equal(again[m], runs_by_mode[m])) for m in again)
 print(json.dumps(out))
 """
 
 
 def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
-    """In-context: every frame's codes and the audio identical to the CPU's. x-vector: identical
-    up to frame 11, where the code predictor's top-2 logit gap is 0.0014 (the reference records
-    it, manifest generation.xvec) and lavapipe's rounding flips the pick: the issue's bar (greedy
-    codes identical in both modes) is missed there, and this test holds the frames before it."""
+    """Both clone modes: every frame's greedy codes and the audio identical to the CPU's, the
+    streamed chunks equal to the result. Each mode runs twice on the device: a request's states
+    are made and freed per request."""
     needs_vulkan_module()
-    if not glob.glob("/usr/share/vulkan/icd.d/lvp_icd*.json"):
-        pytest.skip("Mesa's software Vulkan driver is not installed (mesa-vulkan-drivers)")
+    needs_lavapipe(computing=True)
     m = manifest("0.6b")
     frames = m["generation"]["xvec"]["frames"]
     proc = subprocess.run([sys.executable, "-c", SYNTHESIZE_ON, str(converted("0.6b", "f32")), "vulkan:0",
@@ -121,7 +140,9 @@ def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
     assert icl["mode"] == "in-context" and icl["frames"] == [frames, frames], icl
     assert all(icl["frames_identical"]) and icl["audio_identical"] and icl["stream_is_result"], icl
     assert xvec["mode"] == "x-vector" and xvec["frames"] == [frames, frames], xvec
-    assert all(xvec["frames_identical"][:11]) and xvec["stream_is_result"] and xvec["decode_snr_db"] >= 80, xvec
+    assert all(xvec["frames_identical"]) and xvec["audio_identical"] and xvec["stream_is_result"], xvec
+    assert xvec["decode_snr_db"] >= 80, xvec
+    assert out["repeat_identical"], out
 
 
 def test_a_device_that_is_not_there_leaves_the_engine_on_the_cpu(converted, caplog):

@@ -4,7 +4,8 @@
 // between its passes). Text and codec embeddings, a prefill, teacher-forced steps of one
 // sequence and of two side by side (the step's mask of each sequence's cache rows), each at
 // cosine >= 0.999 with the same greedy code0; code-predictor frames: greedy with the same codes,
-// sampled (fed the CPU's draws) at cosine >= 0.999 in every pass.
+// sampled (fed the CPU's draws) at cosine >= 0.999 in every pass; states made and freed on the
+// device request after request.
 //
 //     test-device MODEL.gguf     exit 77 (skipped), with the reason, where no device is found
 #include "backend-loader.h"
@@ -153,6 +154,31 @@ int run(const std::string & path) {
                   "code predictor, greedy: %d/%d codes identical over 4 frames; logits cosine >= %.6f, next input "
                   "cosine >= %.6f",
                   same, total, logits_cos, next_cos);
+        }
+    }
+
+    // A request's states are made and freed on the device, request after request, as the engine
+    // does: each round gives the same greedy codes (Mesa 22.3's lavapipe freed buffers here that
+    // its queue thread still used: a heap corruption in about half the runs; Mesa 25 does not).
+    std::vector<int32_t> first_round;
+    for (int round = 0; round < 4; ++round) {
+        qt::talker_state         st(td, dev, 48 + 16 * (round % 2));
+        qt::code_predictor_state cp(cpd, dev);
+        qt::talker_output        out;
+        st.prefill(no_dump, prompt.data(), n, out);
+        std::vector<int32_t> codes;
+        for (uint64_t frame = 0; frame < 4; ++frame) {
+            std::vector<int32_t> frame_codes(static_cast<size_t>(n_codes));
+            std::vector<float>   next(static_cast<size_t>(hp.hidden));
+            cp.predict(out.hidden.data(), argmax(out.logits), frame, frame_codes.data(), next.data());
+            codes.insert(codes.end(), frame_codes.begin(), frame_codes.end());
+            st.step(next.data(), out);
+        }
+        if (round == 0) {
+            first_round = codes;
+        } else {
+            check(codes == first_round, "states made afresh on the device, round %d: the same %zu codes as round 0",
+                  round, codes.size());
         }
     }
     return test::finish("the talker and the code predictor on the device agree with the CPU");
