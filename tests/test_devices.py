@@ -164,3 +164,37 @@ def test_about_lists_the_devices():
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Devices found: "))
     assert line.startswith("Devices found: cpu (")
+
+
+def test_the_bench_runs_on_a_device_and_says_what_its_figures_mean(converted, tmp_path):
+    needs_vulkan_module()
+    needs_lavapipe(computing=True)
+    proc = subprocess.run([sys.executable, "-m", "vocable", "bench", "--model", str(converted("0.6b", "f32")),
+                           "--device", "vulkan:0", "--no-reference", "--no-long-text", "--repeats", "1",
+                           "--frames", "6", "--cache-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["device"]["in_use"] == "vulkan:0" and "llvmpipe" in report["device"]["description"], report["device"]
+    assert "a software driver, so these figures show correctness, not a GPU's speed" in proc.stdout
+    synthesis = report["vocable_extra"]["synthesis"]["as converted"]
+    assert synthesis["frames"] == 6 and synthesis["samples"] == 6 * 1920, synthesis
+
+
+def test_the_cli_runs_where_it_is_told_and_says_when_it_cannot(converted, tmp_path):
+    clip = tmp_path / "ref.wav"
+    import soundfile
+    soundfile.write(clip, (0.1 * np.sin(np.arange(24000 * 2) * 0.05)).astype(np.float32), 24000)
+    model = str(converted("0.6b", "f32"))
+    say = [sys.executable, "-m", "vocable", "say", "--model", model, "--ref", str(clip), "--text", "Hello.",
+           "--greedy", "--max-frames", "3"]
+    quiet = subprocess.run(say + ["--out", str(tmp_path / "a.wav")], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and "running on the CPU" not in quiet.stderr, quiet.stderr   # auto, no GPU: no news
+    missing = subprocess.run(say + ["--out", str(tmp_path / "b.wav"), "--device", "vulkan:7"],
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 0, missing.stderr
+    assert "warning: running on the CPU: no device vulkan:7 (devices: cpu" in missing.stderr, missing.stderr
+    bad = subprocess.run(say + ["--out", str(tmp_path / "c.wav"), "--device", "gpu please"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "device 'gpu please': not cpu, auto or a device id" in bad.stderr, bad.stderr
+    assert not (tmp_path / "c.wav").exists()

@@ -483,6 +483,33 @@ def test_settings_persist_and_apply(qtbot, home, model, open_window, tmp_path):
     assert w.c.default_export_dir() == tmp_path
 
 
+def test_the_compute_device_is_chosen_in_the_settings(qtbot, home, model, open_window):
+    """Automatic first, then each device the engine lists; the CPU chosen reloads the model there.
+    A device asked for that is not present: the model loads on the CPU and the user is told why."""
+    from vocable.gui.settings_dialog import SettingsDialog
+    from vocable.library.settings import Settings
+    from vocable import _engine
+    set_model(model)
+    w = open_window()
+    dialog = SettingsDialog(w.c, w)
+    box = dialog.compute_device
+    listed = [box.itemData(i) for i in range(box.count())]
+    assert listed == ["auto"] + [d["id"] for d in _engine.devices()] and box.currentData() == "auto"
+    assert box.itemText(listed.index("cpu")).startswith("CPU (")
+    box.setCurrentIndex(listed.index("cpu"))
+    with qtbot.waitSignal(w.c.model_state, timeout=WAIT_MS, check_params_cb=lambda s, t: s == "ready"):
+        w.c.update_settings(**dialog.values())
+    assert Settings.load().compute_device == "cpu" and w.c.engine.device == "cpu"
+
+    with qtbot.waitSignal(w.c.error, timeout=WAIT_MS):
+        w.c.update_settings(compute_device="vulkan:7")
+    qtbot.waitUntil(lambda: w.c.model_status == "ready", timeout=WAIT_MS)
+    assert w.last_error[0] == "Running on the CPU" and "no device vulkan:7" in w.last_error[1], w.last_error
+    assert w.c.engine.device == "cpu"
+    again = SettingsDialog(w.c, w)
+    assert again.compute_device.currentText() == "vulkan:7 (not present: the CPU runs it)"
+
+
 def test_help_about_shows_versions_the_model_and_licenses(qtbot, home, model, open_window):
     from PySide6.QtCore import QTimer
     from vocable.gui.about_dialog import AboutDialog

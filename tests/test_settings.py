@@ -71,10 +71,17 @@ def test_bad_values_fall_back_one_by_one(home, caplog):
     for threads in (True, 2.5, "4", 5000):
         path.write_text(json.dumps({"threads": threads}))
         assert Settings.load().threads is None
+    for device in ("gpu please", "vulkan:", "Vulkan:0", 0, None, "vulkan:0; rm -rf /"):
+        path.write_text(json.dumps({"compute_device": device}))
+        assert Settings.load().compute_device == "auto", device
+    for device in ("cpu", "vulkan:1", "cuda:0", "metal:0"):
+        path.write_text(json.dumps({"compute_device": device}))
+        assert Settings.load().compute_device == device
 
 
 @pytest.mark.parametrize("field, value", [("quantization", "q3"), ("threads", 0), ("threads", "8"),
-                                          ("model_path", 5), ("language", "")])
+                                          ("model_path", 5), ("language", ""),
+                                          ("compute_device", "gpu")])
 def test_saving_a_bad_value_is_refused_and_keeps_the_file(home, field, value):
     Settings(threads=4).save()
     s = Settings()

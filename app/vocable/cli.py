@@ -43,11 +43,25 @@ def _checked_reference(path: str):
     return check
 
 
+def _say_fallback(engine, asked: str) -> None:
+    """A device asked for by name that is not in use is worth a warning; "auto" on a machine
+    without a GPU is not."""
+    if engine.device_fallback and asked != "auto":
+        print(f"warning: running on the CPU: {engine.device_fallback}", file=sys.stderr)
+
+
+def _add_device_option(parser) -> None:
+    parser.add_argument("--device", default="auto",
+                        help="where the model runs: auto (default: the best GPU, else the CPU), cpu, or a device "
+                             "id that `vocable about` lists (vulkan:0)")
+
+
 def _cmd_embed(args) -> int:
     from .engine import Engine
 
     check = _checked_reference(args.ref)
-    with Engine(args.model, threads=args.threads, dump_dir=args.dump_dir) as engine:
+    with Engine(args.model, threads=args.threads, dump_dir=args.dump_dir, device=args.device) as engine:
+        _say_fallback(engine, args.device)
         voice = engine.embed_voice(check.samples, check.sample_rate, ref_text=args.ref_text,
                                    name=args.name or Path(args.ref).stem)
     voice.save(args.out)
@@ -136,7 +150,8 @@ def _cmd_say(args) -> int:
     text = _read_text(args)
     voice = Voice.load(args.voice) if args.voice else None
     ref = _checked_reference(args.ref) if args.ref else None
-    with Engine(args.model, threads=args.threads) as engine:
+    with Engine(args.model, threads=args.threads, device=args.device) as engine:
+        _say_fallback(engine, args.device)
         if voice is None:
             voice = engine.embed_voice(ref.samples, ref.sample_rate, ref_text=args.ref_text, name=Path(args.ref).stem)
         player = None
@@ -144,7 +159,8 @@ def _cmd_say(args) -> int:
             from .errors import AudioDeviceError
             from .audio.playback import StreamPlayer
             try:
-                device = int(args.device) if args.device and args.device.isdigit() else args.device
+                device = (int(args.output_device) if args.output_device and args.output_device.isdigit()
+                          else args.output_device)
                 player = StreamPlayer(engine.sample_rate, device=device, expected_seconds=expected_speech_seconds(text),
                                       max_chunk_seconds=engine.max_chunk_seconds)
             except AudioDeviceError as e:
@@ -269,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--name", help="voice name (default: the file name)")
     e.add_argument("--out", required=True, help="voice file to write")
     e.add_argument("--threads", type=int)
+    _add_device_option(e)
     e.add_argument("--dump-dir", help="write every engine stage as .npy here")
     e.set_defaults(func=_cmd_embed)
 
@@ -283,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--text-file", help="UTF-8 file with what to say ('-': standard input)")
     s.add_argument("--out", required=True, help="audio file to write: .wav, .flac, .ogg or .mp3")
     s.add_argument("--play", action="store_true", help="play the speech as it is generated")
-    s.add_argument("--device", help="output device for --play (a name or part of one, or an index)")
+    s.add_argument("--output-device", help="audio output for --play (a name or part of one, or an index)")
     s.add_argument("--language", default="auto", help="auto (default) or a language the model knows: english, ...")
     s.add_argument("--seed", type=int, help="reproduce a run (the seed is printed at the end)")
     s.add_argument("--greedy", action="store_true", help="take the most likely codes instead of sampling")
@@ -291,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--batch", type=_batch_width, help="how many segments of a long text generate side by side "
                    f"(default {FILE_BATCH}; 1 with --play, where the first audio matters more)")
     s.add_argument("--threads", type=int)
+    _add_device_option(s)
     s.set_defaults(func=_cmd_say)
 
     g = sub.add_parser("gui", help="open the desktop app (also what `vocable` alone does)")
@@ -309,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="time the engine against the PyTorch reference on random real-size weights")
     b.add_argument("--threads", type=int, default=2)
+    b.add_argument("--device", default="cpu", help="where the engine runs: cpu (default), auto, or a device id "
+                   "that `vocable about` lists (vulkan:0); a software driver such as lavapipe times correctness, not speed")
     b.add_argument("--ref-seconds", type=float, default=10.0)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--cache-dir", help="where the random real-size model is kept")

@@ -104,8 +104,8 @@ typedef struct qt_init_params {
                                       n_threads as other processes leave cores free, measured
                                       every quarter second (Linux); 0: always n_threads */
     const char *    device;        /* where the talker and the code predictor run (ABI 6): NULL or
-                                      "cpu" (default), "auto" (the first GPU qt_get_device lists,
-                                      else the CPU) or a qt_device_info.id ("vulkan:0"). A device
+                                      "cpu" (default), "auto" (the best GPU qt_get_device lists:
+                                      discrete before integrated, then more memory; else the CPU) or a qt_device_info.id ("vulkan:0"). A device
                                       that is not found or fails to start leaves them on the CPU,
                                       with a warning in the log; qt_device_in_use says where they
                                       run. The other stages run on the CPU. */

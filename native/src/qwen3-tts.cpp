@@ -244,9 +244,20 @@ void start_device(qt_context & ctx, const char * model_path, const std::string &
                                                              "vulkan:0", wanted.c_str()));
     }
     const qt::devices_found found = qt::devices_loaded();
-    const auto device = std::find_if(found.devices.begin(), found.devices.end(), [&](const qt::device_info & d) {
-        return auto_pick ? d.kind != "cpu" : d.id == wanted;
-    });
+    auto device = found.devices.end();
+    if (auto_pick) {
+        // the best GPU: a discrete one before an integrated one, then the one with more memory
+        const auto rank = [](const qt::device_info & d) { return d.kind == "gpu" ? 2 : d.kind == "igpu" ? 1 : 0; };
+        for (auto d = found.devices.begin(); d != found.devices.end(); ++d) {
+            if (rank(*d) > 0 && (device == found.devices.end() || rank(*d) > rank(*device) ||
+                                 (rank(*d) == rank(*device) && d->memory_total > device->memory_total))) {
+                device = d;
+            }
+        }
+    } else {
+        device = std::find_if(found.devices.begin(), found.devices.end(),
+                              [&](const qt::device_info & d) { return d.id == wanted; });
+    }
     if (device == found.devices.end()) {
         std::string listed;
         for (const qt::device_info & d : found.devices) {

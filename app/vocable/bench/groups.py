@@ -174,7 +174,7 @@ def synthesis_runs(engine, inp: BenchInput) -> dict[str, TypeRuns]:
             if own:
                 with engine_perf_lines():
                     t0 = time.perf_counter()
-                    eng = Engine(model.gguf, threads=inp.threads)
+                    eng = Engine(model.gguf, threads=inp.threads, device=inp.device)
                     tr.info["load_s"] = round(time.perf_counter() - t0, 3)
             else:
                 eng = engine

@@ -56,6 +56,7 @@ class BenchInput:
     frames: int = DEFAULT_FRAMES
     models: dict = field(default_factory=dict)   # weight type -> BenchModel, for the generation stages
     main_type: str = "f32"                       # the weight type of the engine passed to run_vocable
+    device: str = "cpu"                          # where the engines run ("cpu", "auto", "vulkan:0")
     shared: dict = field(default_factory=dict)   # work shared between groups: synthesis runs, reference runs,
                                                  # files to remove at the end ("temp_files")
 

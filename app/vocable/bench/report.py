@@ -71,6 +71,13 @@ def print_report(rep: dict) -> None:
           f"{rep['cpu']} ({rep['cpus']} CPUs); median of {rep['repeats']} run(s) after 1 warm-up")
     if rep.get("cpu_backend"):
         print(f"  ggml CPU backend: {rep['cpu_backend']}")
+    device = rep.get("device") or {}
+    if device.get("in_use", "cpu") != "cpu":
+        software = "llvmpipe" in device.get("description", "") or "lavapipe" in device.get("description", "")
+        print(f"  talker and code predictor on {device['in_use']} ({device.get('description', '')})" +
+              (": a software driver, so these figures show correctness, not a GPU's speed" if software else ""))
+    elif device.get("fallback"):
+        print(f"  {device['asked']} is not in use, the CPU runs it: {device['fallback']}")
     busy = [x for x in rep["loadavg_1min"] if x is not None]
     if busy and max(busy) > rep["threads"] + 1:   # more than this benchmark itself
         print(f"  note: the machine was busy (1-min load average up to {max(busy):.1f}): figures may be skewed")

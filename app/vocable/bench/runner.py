@@ -85,7 +85,8 @@ def run_bench(args) -> int:
     clip, clip_source = make_reference_clip(seconds)
     clip_path = work / f"clip-{os.getpid()}.npy"
     np.save(clip_path, clip)
-    inp = BenchInput(clip, clip_path, work, threads, repeats, frames, models, model.weight_type)
+    inp = BenchInput(clip, clip_path, work, threads, repeats, frames, models, model.weight_type,
+                     device=str(getattr(args, "device", None) or "cpu"))
     try:
         return _run(args, model, inp, clip_source, __version__, Engine)
     finally:
@@ -123,8 +124,12 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
     say(f"engine: {model.gguf.name}, {inp.threads} thread(s)")
     with engine_perf_lines():
         t0 = time.perf_counter()
-        engine = Engine(model.gguf, threads=inp.threads)
+        engine = Engine(model.gguf, threads=inp.threads, device=inp.device)
         load_s = time.perf_counter() - t0
+    if engine.device_fallback and inp.device != "cpu":
+        say(f"engine: {inp.device} is not in use, the CPU runs it: {engine.device_fallback}")
+    device = {"asked": inp.device, "in_use": engine.device, "fallback": engine.device_fallback,
+              "description": next((d["description"] for d in _engine.devices() if d["id"] == engine.device), "")}
     busy, engines = int(getattr(args, "background_load", 0) or 0), int(getattr(args, "background_engines", 0) or 0)
     contention: dict[str, dict] = {}
     with engine:
@@ -198,7 +203,7 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
         "bench": "vocable", "vocable_version": version, "model": model.describe(),
         "threads": inp.threads, "ref_seconds": round(len(inp.clip) / SAMPLE_RATE, 3), "clip_source": clip_source,
         "repeats": inp.repeats, "cpu": cpu_name(), "cpus": os.cpu_count(), "vocable_load_s": round(load_s, 3),
-        "cpu_backend": _engine.system_info(),
+        "cpu_backend": _engine.system_info(), "device": device,
         "frames": inp.frames, "generation_text": GEN_TEXT, "generation_language": GEN_LANGUAGE,
         "vocable_extra": {g: r.extra for g, r in ours.items()}, "reference": ref,
         "reference_extra": {g: r.extra for g, r in theirs.items()}, "stages": stages,
@@ -225,7 +230,7 @@ def _per_type(engine, inp: BenchInput, types: list[str], what: str, run) -> dict
         model = inp.models.get(wt)
         say(f"engine: {what.format(wt=wt)}")
         own = model is not None and wt != inp.main_type
-        eng = Engine(model.gguf, threads=inp.threads) if own else engine
+        eng = Engine(model.gguf, threads=inp.threads, device=inp.device) if own else engine
         try:
             out[wt] = run(wt, eng, eng.embed_voice(inp.clip, SAMPLE_RATE))
         except VocableError as e:

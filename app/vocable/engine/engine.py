@@ -57,7 +57,7 @@ class Engine:
         busy desktop slows synthesis by its share of the cores instead of stalling it.
         `codec_chunk_sec`: width of the codec decoder's chunks (and the largest streamed chunk),
         None for the engine's default (_engine.DEFAULT_CODEC_CHUNK_SEC). `device`: where the
-        talker and the code predictor run: "cpu", "auto" (the first GPU, else the CPU) or a device
+        talker and the code predictor run: "cpu", "auto" (the best GPU, else the CPU) or a device
         id from `vocable.engine.devices()` ("vulkan:0"); one that is missing or fails to start
         leaves them on the CPU (`device_fallback` says why). The other stages run on the CPU."""
         path = Path(model_path)

@@ -1,4 +1,5 @@
-"""Settings: model, weight type for imports, threads, input and output device, export folder."""
+"""Settings: model, weight type for imports, compute device, threads, input and output device, export
+folder."""
 from __future__ import annotations
 
 import os
@@ -37,6 +38,7 @@ class SettingsDialog(QDialog):
         self.threads.setRange(0, max(os.cpu_count() or 1, 1) * 2)
         self.threads.setSpecialValueText(f"All cores ({os.cpu_count() or 1})")
         self.threads.setValue(s.threads or 0)
+        self.compute_device = self._compute_devices(controller.compute_devices(), s.compute_device)
         self.output = self._devices(controller.audio.outputs, s.output_device, "Output device")
         self.input = self._devices(controller.audio.inputs, s.input_device, "Input device")
         if not controller.audio.output:
@@ -51,6 +53,7 @@ class SettingsDialog(QDialog):
         form = QFormLayout(self)
         form.addRow("&Model:", model_row)
         form.addRow("&Weight type for imports:", self.quantization)
+        form.addRow("&Compute device:", self.compute_device)
         form.addRow("&Threads:", self.threads)
         form.addRow("&Output device:", self.output)
         form.addRow("&Input device:", self.input)
@@ -84,6 +87,24 @@ class SettingsDialog(QDialog):
         box.setEnabled(bool(names))
         return box
 
+    @staticmethod
+    def _compute_devices(devices: list[dict], current: str) -> QComboBox:
+        """Automatic first, then each device with its name and memory (a GPU's)."""
+        box = QComboBox()
+        box.setAccessibleName("Compute device")
+        gpus = [d for d in devices if d["kind"] != "cpu"]
+        box.addItem("Automatic: the best GPU, else the CPU" if gpus else "Automatic: the CPU (no GPU found)", "auto")
+        for d in devices:
+            if d["kind"] == "cpu":
+                box.addItem(f"CPU ({d['description']})", "cpu")
+            else:
+                memory = f", {d['memory_total'] / 2 ** 30:.1f} GiB" if d["memory_total"] else ""
+                box.addItem(f"{d['id']}: {d['description']}{memory}", d["id"])
+        if box.findData(current) < 0:
+            box.addItem(f"{current} (not present: the CPU runs it)", current)
+        box.setCurrentIndex(box.findData(current))
+        return box
+
     def _browse_model(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose a converted model", "", "Vocable models (*.gguf)")
         if path:
@@ -98,5 +119,6 @@ class SettingsDialog(QDialog):
 
     def values(self) -> dict:
         return dict(model_path=self.model.currentData(), quantization=self.quantization.currentText(),
+                    compute_device=self.compute_device.currentData(),
                     threads=self.threads.value() or None, output_device=self.output.currentData(),
                     input_device=self.input.currentData(), export_dir=self.export_dir.text().strip() or None)

@@ -196,13 +196,13 @@ class LoadModelWorker(Worker):
 
     description = "loading the model"
 
-    def __init__(self, path: Path, threads: int | None):
+    def __init__(self, path: Path, threads: int | None, device: str = "auto"):
         super().__init__()
-        self.path, self.threads = Path(path), threads
+        self.path, self.threads, self.device = Path(path), threads, device
 
     def work(self):
         from ..engine import Engine
-        engine = Engine(self.path, threads=self.threads)
+        engine = Engine(self.path, threads=self.threads, device=self.device)
         try:
             languages = engine.languages
         except Exception:

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ FILE_NAME = "settings.json"
 WEIGHT_TYPES = ("f32", "f16", "q8_0", "q4_k")   # convert.WEIGHT_TYPES (not imported: it pulls in numpy)
 MAX_THREADS = 1024
 MAX_FILE_BYTES = 1 << 20
+COMPUTE_DEVICE = re.compile(r"auto|cpu|[a-z]{1,16}:[0-9]{1,3}")
 
 
 @dataclass
@@ -33,6 +35,8 @@ class Settings:
     model_path: str | None = None       # the model in use (a .gguf)
     quantization: str = "q8_0"          # weight type for imports and downloads
     threads: int | None = None          # engine threads; None: all cores
+    compute_device: str = "auto"        # where the model runs: "auto" (the best GPU, else the
+                                        # CPU), "cpu" or a device id ("vulkan:0")
     input_device: str | None = None     # recording device name; None: the system default
     output_device: str | None = None    # playback device name; None: the system default
     export_dir: str | None = None       # last folder audio was saved to
@@ -103,6 +107,9 @@ def _check(name: str, value):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or not 1 <= value <= MAX_THREADS):
             raise ValueError(f"threads {value!r} is not a number from 1 to {MAX_THREADS}")
+    elif name == "compute_device":
+        if not isinstance(value, str) or not COMPUTE_DEVICE.fullmatch(value):
+            raise ValueError(f"compute_device {str(value)[:80]!r} is not auto, cpu or a device id such as vulkan:0")
     elif name == "language":
         if not isinstance(value, str) or not value or len(value) > 64:
             raise ValueError(f"language {value!r} is not a language name")

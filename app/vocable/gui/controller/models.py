@@ -27,6 +27,17 @@ class ModelActions:
     def model_entries(self):
         return self._model_entries()
 
+    @staticmethod
+    def compute_devices() -> list[dict]:
+        """Where the model can run, the CPU first: dicts of id, description, kind and memory
+        (bytes); [] with the reason logged when the engine cannot list them."""
+        try:
+            from ...engine import devices
+            return devices()
+        except Exception:
+            log.exception("cannot list the compute devices")
+            return []
+
     def load_model(self, path: Path) -> None:
         """Loads a converted model (a .gguf anywhere, or one in the model store) on a worker."""
         path = Path(path)
@@ -34,7 +45,7 @@ class ModelActions:
             self.error.emit("Busy", "stop the generation before changing the model")
             return
         self._set_model_state("loading", f"loading {path.name}...")
-        worker = LoadModelWorker(path, self.settings.threads)
+        worker = LoadModelWorker(path, self.settings.threads, self.settings.compute_device)
         self._model_worker = worker
         workers.start(worker, finished=lambda result: self._model_loaded(path, *result),
                       failed=lambda message: self._model_failed(path, message))
@@ -46,7 +57,8 @@ class ModelActions:
         self.model_path = path
         info = engine.info
         size = info.get("variant") or "?"
-        self.model_description = f"{path.name} ({size})"
+        where = "" if engine.device == "cpu" else f", on {engine.device}"
+        self.model_description = f"{path.name} ({size}{where})"
         self.languages = list(languages)
         self.settings.model_path = str(path)
         self._save_settings()
@@ -57,6 +69,10 @@ class ModelActions:
         self.languages_changed.emit(self.languages)
         self._update_mode()
         self.status.emit(f"model ready: {self.model_description}")
+        if engine.device_fallback and self.settings.compute_device != "auto":
+            # "auto" without a GPU is the usual case, not news; a device asked for by name is
+            self.error.emit("Running on the CPU", f"{self.settings.compute_device} is not in use: "
+                                                  f"{engine.device_fallback}")
 
     def _model_failed(self, path: Path, message: str) -> None:
         self._set_model_state("error" if self.engine is None else "ready",
@@ -132,13 +148,15 @@ class ModelActions:
     def update_settings(self, **changes) -> None:
         model_before = self.settings.model_path
         threads_before = self.settings.threads
+        device_before = self.settings.compute_device
         for key, value in changes.items():
             setattr(self.settings, key, value)
         self._save_settings()
         self.refresh_audio()
         self.settings_changed.emit()
         if (self.settings.model_path and self.settings.model_path != model_before) or \
-                (self.settings.threads != threads_before and self.model_path is not None):
+                (self.model_path is not None and (self.settings.threads != threads_before or
+                                                  self.settings.compute_device != device_before)):
             self.load_model(Path(self.settings.model_path))
 
     def _save_settings(self) -> None:
