@@ -16,9 +16,15 @@
 # libvulkan-dev spirv-headers; tools/system-packages.sh installs them); it adds about four
 # minutes on two cores.
 #
+# VOCABLE_CUDA (ON or OFF, default OFF) adds ggml's CUDA backend the same way (libggml-cuda.so),
+# with CUDA graphs on: the engine reuses static step graphs, which CUDA graphs replay without
+# per-kernel launch overhead. It needs the CUDA toolkit (nvcc); CMAKE_CUDA_ARCHITECTURES picks the
+# GPUs (ggml's default list otherwise). VOCABLE_METAL (ON or OFF, default OFF; Apple only) adds
+# the Metal backend with its shaders embedded.
+#
 # Defines ggml::ggml and ggml::ggml-base (imported), VOCABLE_GGML_LIB_DIR (the libraries, the CPU
 # variants and the device backends), VOCABLE_GGML_RUNTIME_FILES (what a package ships),
-# VOCABLE_GGML_BACKENDS (the device backends built: "vulkan" or empty) and VOCABLE_GGML_LICENSE.
+# VOCABLE_GGML_BACKENDS (the device backends built: vulkan, cuda, metal) and VOCABLE_GGML_LICENSE.
 
 set(VOCABLE_GGML_SDIST_VERSION 0.20.2.post1)
 set(VOCABLE_GGML_SDIST_SHA256 e47ff53506342959ffb3ce15380b82828fea10ec5f208f9ef6915895f1a7a176)
@@ -42,6 +48,29 @@ if(NOT VOCABLE_VULKAN STREQUAL "OFF")
     else()
         message(STATUS "ggml: no Vulkan backend (glslc, the Vulkan headers or SPIRV-Headers are missing)")
     endif()
+endif()
+
+option(VOCABLE_CUDA "build ggml's CUDA backend (needs the CUDA toolkit)" OFF)
+if(VOCABLE_CUDA)
+    include(CheckLanguage)
+    check_language(CUDA)
+    if(NOT CMAKE_CUDA_COMPILER)
+        message(FATAL_ERROR "VOCABLE_CUDA=ON needs the CUDA toolkit's nvcc (on PATH, or CMAKE_CUDA_COMPILER)")
+    endif()
+    list(APPEND VOCABLE_GGML_BACKENDS cuda)
+    list(APPEND VOCABLE_GGML_OPTIONS -DGGML_CUDA=ON -DGGML_CUDA_GRAPHS=ON
+                                     "-DCMAKE_CUDA_COMPILER=${CMAKE_CUDA_COMPILER}")
+    if(CMAKE_CUDA_ARCHITECTURES)
+        list(APPEND VOCABLE_GGML_OPTIONS "-DCMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES}")
+    endif()
+endif()
+option(VOCABLE_METAL "build ggml's Metal backend (Apple only)" OFF)
+if(VOCABLE_METAL)
+    if(NOT APPLE)
+        message(FATAL_ERROR "VOCABLE_METAL=ON builds on Apple systems only")
+    endif()
+    list(APPEND VOCABLE_GGML_BACKENDS metal)
+    list(APPEND VOCABLE_GGML_OPTIONS -DGGML_METAL=ON -DGGML_METAL_EMBED_LIBRARY=ON)
 endif()
 
 if(DEFINED ENV{VOCABLE_GGML_CACHE})
@@ -161,7 +190,8 @@ foreach(name ggml-base ggml)
     file(REAL_PATH "${VOCABLE_GGML_LIB_DIR}/lib${name}.so.0" real)
     list(APPEND VOCABLE_GGML_RUNTIME_FILES "${real}|lib${name}.so.0")
 endforeach()
-file(GLOB _ggml_variants "${VOCABLE_GGML_LIB_DIR}/libggml-cpu-*.so" "${VOCABLE_GGML_LIB_DIR}/libggml-vulkan.so")
+file(GLOB _ggml_variants "${VOCABLE_GGML_LIB_DIR}/libggml-cpu-*.so" "${VOCABLE_GGML_LIB_DIR}/libggml-vulkan.so"
+                         "${VOCABLE_GGML_LIB_DIR}/libggml-cuda.so" "${VOCABLE_GGML_LIB_DIR}/libggml-metal.so")
 foreach(file IN LISTS _ggml_variants)
     get_filename_component(name "${file}" NAME)
     list(APPEND VOCABLE_GGML_RUNTIME_FILES "${file}|${name}")

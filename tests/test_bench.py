@@ -168,9 +168,10 @@ class FakeEngine:
     embedding = np.linspace(-1, 1, 16, dtype=np.float32)
     codes = (np.arange(4 * 16, dtype=np.int32).reshape(4, 16) * 7) % 2048
 
-    def __init__(self, path, threads=None):
+    def __init__(self, path, threads=None, device="cpu"):
         self.path = path
         self.threads = threads
+        self.device, self.device_fallback = "cpu", "" if device == "cpu" else f"no device {device}"
         self.calls = 0
         self.forgot = False
         self.closed = False

@@ -19,22 +19,29 @@ def stub(folder: Path, name: str, body: str) -> None:
     path.chmod(0o755)
 
 
-def run(tmp_path, purpose: str, *, installed: set[str], uid: int, sudo: str | None):
+def run(tmp_path, purpose: str, *, installed: set[str], uid: int, sudo: str | None, codename: str = "jammy",
+        mesa: str = "25.0.7-2~bpo12+1"):
+    """`installed`: what the stub dpkg-query says is there (mesa-vulkan-drivers at version `mesa`);
+    `codename`: the system's release (bookworm: Debian 12)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     log = tmp_path / "apt.log"
     listed = " ".join(sorted(installed))
-    stub(bin_dir, "dpkg-query", f'for p in {listed}; do [ "$p" = "$3" ] && {{ printf "install ok installed"; exit 0; }}; '
-                                'done; exit 1\n')
+    stub(bin_dir, "dpkg-query", f'for p in {listed}; do [ "$p" = "$3" ] && {{ [ "$2" = "-f=\\${{Version}}" ] && '
+                                f'printf "{mesa}" || printf "install ok installed"; exit 0; }}; done; exit 1\n')
+    (tmp_path / "os-release").write_text(f"ID=debian\nVERSION_CODENAME={codename}\n")
+    (tmp_path / "apt" / "sources.list.d").mkdir(parents=True, exist_ok=True)
     stub(bin_dir, "apt-get", f'echo "apt-get $*" >> {log}\n')
     stub(bin_dir, "id", f"echo {uid}\n")
+    stub(bin_dir, "tee", f'cat > "$1"\n')
     if sudo == "ok":
         stub(bin_dir, "sudo", '[ "$1" = -n ] && shift; [ "$1" = true ] && exit 0; "$@"\n')
     elif sudo == "asks":
         stub(bin_dir, "sudo", "exit 1\n")
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "VOCABLE_OS_RELEASE": str(tmp_path / "os-release"),
+           "VOCABLE_APT_DIR": str(tmp_path / "apt")}
     if sudo is None:   # no sudo at all: PATH without the system's
-        for tool in ("bash", "grep", "cat"):
+        for tool in ("bash", "grep", "cat", "dpkg"):
             os.symlink(f"/bin/{tool}" if os.path.exists(f"/bin/{tool}") else f"/usr/bin/{tool}", bin_dir / tool)
         env["PATH"] = str(bin_dir)
     proc = subprocess.run(["/bin/bash", str(SCRIPT), purpose], env=env, capture_output=True, text=True, timeout=60)
@@ -57,6 +64,27 @@ def test_root_installs_exactly_what_is_missing(tmp_path):
     asked = apt[0].split()
     assert "libportaudio2" in asked and "espeak-ng" in asked and "pulseaudio" in asked
     assert "g++" not in asked and "libgl1" not in asked and "xvfb" not in asked
+
+
+MESA = "mesa-vulkan-drivers"
+
+
+def test_debian_12_gets_mesa_25_from_backports_for_the_tests(tmp_path):
+    """Its Mesa 22.3 lavapipe corrupts the heap under ggml's Vulkan backend (tests/test_devices.py)."""
+    proc, apt = run(tmp_path, "test", installed={"g++", MESA}, uid=0, sudo=None, codename="bookworm",
+                    mesa="22.3.6-1+deb12u2")
+    assert proc.returncode == 0, proc.stderr
+    assert apt[-2:] == ["apt-get update -qq",
+                        "apt-get install -y -qq --no-install-recommends -t bookworm-backports mesa-vulkan-drivers"], apt
+    source = tmp_path / "apt" / "sources.list.d" / "vocable-backports.list"
+    assert source.read_text() == "deb http://deb.debian.org/debian bookworm-backports main\n"
+    assert "bookworm-backports" in proc.stderr
+    # Mesa 25 already there: nothing more; the app alone does not need it
+    for purpose, mesa in (("test", "25.0.7-2~bpo12+1"), ("app", "22.3.6-1+deb12u2")):
+        folder = tmp_path / purpose
+        folder.mkdir()
+        proc, apt = run(folder, purpose, installed={"g++", MESA}, uid=0, sudo=None, codename="bookworm", mesa=mesa)
+        assert proc.returncode == 0 and not any("backports" in line for line in apt), (purpose, apt)
 
 
 def test_sudo_without_a_prompt_is_used(tmp_path):

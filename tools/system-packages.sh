@@ -12,7 +12,8 @@
 # On Debian or Ubuntu it installs the missing ones with apt-get, as root or through sudo
 # without a password prompt; where it cannot, it prints the command to run and goes on (the
 # parts that need a missing package then say so or skip with the reason). Elsewhere it lists
-# what to install. VOCABLE_NO_SYSTEM_PACKAGES=1 skips it all.
+# what to install. VOCABLE_NO_SYSTEM_PACKAGES=1 skips it all. VOCABLE_OS_RELEASE and
+# VOCABLE_APT_DIR stand in for /etc/os-release and /etc/apt (for its tests).
 set -euo pipefail
 purpose="${1:-app}"
 
@@ -50,8 +51,10 @@ done
 # Debian 12's Mesa 22.3 has a lavapipe that frees buffers its queue thread still uses: under
 # ggml's Vulkan backend, a heap corruption in about half the runs that free a state's buffers
 # (measured; Mesa 25.0 from bookworm-backports runs them clean). The device tests need Mesa >= 25.
+os_release="${VOCABLE_OS_RELEASE:-/etc/os-release}"
+apt_dir="${VOCABLE_APT_DIR:-/etc/apt}"
 old_mesa=""
-if [ "$purpose" != app ] && grep -qs '^VERSION_CODENAME=bookworm$' /etc/os-release; then
+if [ "$purpose" != app ] && grep -qs '^VERSION_CODENAME=bookworm$' "$os_release"; then
     mesa_version="$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || true)"
     if [ -z "$mesa_version" ] || dpkg --compare-versions "$mesa_version" lt 25; then
         old_mesa=1
@@ -86,10 +89,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 if [ -n "$old_mesa" ]; then
     # backports are pinned below the release (priority 100): only what is named here comes from them
-    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-        echo "adding Debian's bookworm-backports to apt's sources (/etc/apt/sources.list.d/vocable-backports.list)" >&2
+    if ! grep -rqs 'bookworm-backports' "$apt_dir/sources.list" "$apt_dir/sources.list.d/"; then
+        echo "adding Debian's bookworm-backports to apt's sources ($apt_dir/sources.list.d/vocable-backports.list)" >&2
         echo "deb http://deb.debian.org/debian bookworm-backports main" |
-            "${as_root[@]}" tee /etc/apt/sources.list.d/vocable-backports.list > /dev/null
+            "${as_root[@]}" tee "$apt_dir/sources.list.d/vocable-backports.list" > /dev/null
     fi
     echo "installing Mesa's Vulkan drivers from bookworm-backports (lavapipe, for the device tests)" >&2
     "${as_root[@]}" apt-get update -qq

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -619,6 +620,61 @@ qt::synthesis_models models_for(qt_context * ctx, int max_batch) {
              ctx->codec_dec, &ctx->prefills, ctx->device.get() };
 }
 
+// Gives the device up for this context: its states and weights are freed and the talker and
+// the code predictor run on the CPU from now on; `why` goes to the log and qt_device_fallback.
+void leave_device(qt_context * ctx, const std::string & why) {
+    ctx->device_fallback = ctx->device_id + ": " + why;
+    QT_LOG_WARN("%s; running on the CPU from now on", ctx->device_fallback.c_str());
+    ctx->predictor_state.reset();
+    ctx->device_predictor = qt::code_predictor();
+    ctx->device_talker = qt::talker();
+    ctx->device_weights_buf.reset();
+    ctx->device_weights_ctx.reset();
+    ctx->device.reset();
+    ctx->device_id = "cpu";
+}
+
+// Runs `run(models)` for the requests `reqs` on the context's device; where the device runs out
+// of memory before any audio came out, it is given up (leave_device) and the requests run
+// again on the CPU. A request's device memory is all allocated before its first frame.
+void run_with_fallback(qt_context * ctx, const std::vector<qt::synthesis_request *> & reqs, int width,
+                       const std::function<void(const qt::synthesis_models &)> & run) {
+    if (!ctx->device) {
+        run(models_for(ctx, width));
+        return;
+    }
+    bool audio_out = false;
+    std::vector<decltype(qt::synthesis_request::on_chunk)> chunk_callbacks;
+    for (qt::synthesis_request * req : reqs) {
+        chunk_callbacks.push_back(req->on_chunk);
+        if (req->on_chunk) {
+            req->on_chunk = [&audio_out, inner = req->on_chunk](const int32_t * codes, int64_t n_frames, int64_t first_frame,
+                                                                const float * pcm, int64_t n_samples, int64_t first_sample,
+                                                                bool last) {
+                audio_out = true;
+                return inner(codes, n_frames, first_frame, pcm, n_samples, first_sample, last);
+            };
+        }
+    }
+    const auto restore = [&] {
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            reqs[i]->on_chunk = chunk_callbacks[i];
+        }
+    };
+    try {
+        run(models_for(ctx, width));
+    } catch (const qt::error & e) {
+        restore();
+        if (e.status != QT_STATUS_OUT_OF_MEMORY || audio_out) {
+            throw;
+        }
+        leave_device(ctx, std::string("out of memory (") + e.what() + ")");
+        run(models_for(ctx, width));
+        return;
+    }
+    restore();
+}
+
 } // namespace
 
 qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_result * out) {
@@ -636,7 +692,9 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
     qt::log_scope scope(ctx->log);
     qt::synthesis_result result;
     const qt_status status = guarded([&] {
-        result = qt::synthesize(*ctx->backend, ctx->dumper, models_for(ctx, 1), req);
+        run_with_fallback(ctx, { &req }, 1, [&](const qt::synthesis_models & models) {
+            result = qt::synthesize(*ctx->backend, ctx->dumper, models, req);
+        });
     });
     if (status != QT_STATUS_OK) {
         return status;
@@ -669,7 +727,13 @@ qt_status qt_synthesize_batch(qt_context * ctx, const qt_tts_params * params, in
     std::vector<qt::synthesis_result> results;
     const qt_status status = guarded([&] {
         const int width = std::min(max_batch, n_requests);
-        results = qt::synthesize_batch(*ctx->backend, models_for(ctx, width), reqs, width);
+        std::vector<qt::synthesis_request *> each;
+        for (qt::synthesis_request & r : reqs) {
+            each.push_back(&r);
+        }
+        run_with_fallback(ctx, each, width, [&](const qt::synthesis_models & models) {
+            results = qt::synthesize_batch(*ctx->backend, models, reqs, width);
+        });
     });
     if (status != QT_STATUS_OK) {
         return status;
