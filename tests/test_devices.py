@@ -145,6 +145,68 @@ def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
     assert out["repeat_identical"], out
 
 
+# A device's memory made small: ggml-vulkan refuses any buffer over GGML_VK_FORCE_MAX_BUFFER_SIZE,
+# and GGML_VK_SUBALLOCATION_BLOCK_SIZE keeps the weights in buffers under it, so the weights load
+# but a request's KV cache (128 bytes a position per tensor here) does not fit past 1562 positions.
+OUT_OF_MEMORY = r"""
+import json, sys
+import numpy as np
+from vocable import Engine, Voice
+model, ref_dir, text, frames = sys.argv[1:5]
+voice = Voice(np.load(ref_dir + "/speaker_embedding.npy"))
+out = {}
+with Engine(model, threads=2) as cpu, Engine(model, threads=2, device="vulkan:0") as dev:
+    out["loaded_on"] = dev.device
+    runs = {}
+    for name, engine in (("cpu", cpu), ("device", dev)):
+        with engine.synthesize(text, voice, "english", greedy=True, max_frames=int(frames)) as stream:
+            streamed = np.concatenate([np.asarray(c) for c in stream])
+            result = stream.result()
+        runs[name] = (np.asarray(result.codes), np.asarray(result.audio), streamed)
+    out["device"], out["fallback"] = dev.device, dev.device_fallback
+    out["frames"] = int(runs["device"][0].shape[0])
+    out["codes_identical"] = bool(np.array_equal(runs["cpu"][0], runs["device"][0]))
+    out["audio_identical"] = bool(np.array_equal(runs["cpu"][1], runs["device"][1]))
+    out["stream_is_result"] = bool(np.array_equal(runs["device"][2], runs["device"][1]))
+print(json.dumps(out))
+"""
+
+
+def test_a_device_out_of_memory_hands_the_request_to_the_cpu(converted):
+    """The request that did not fit runs again on the CPU, with the CPU's output, and the engine
+    stays there and says why."""
+    needs_vulkan_module()
+    needs_lavapipe(computing=True)
+    m = manifest("0.6b")
+    proc = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY, str(converted("0.6b", "f32")),
+                           str(fixture_dir("0.6b") / "reference"), m["text"], "1700"],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0", "GGML_VK_FORCE_MAX_BUFFER_SIZE": "200000",
+                               "GGML_VK_SUBALLOCATION_BLOCK_SIZE": "200000"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["loaded_on"] == "vulkan:0", out
+    assert out["device"] == "cpu", out
+    assert out["fallback"].startswith("vulkan:0: out of memory (cannot allocate a KV cache of"), out
+    assert out["frames"] == 1700 and out["codes_identical"] and out["audio_identical"], out
+    assert out["stream_is_result"], out
+    assert "running on the CPU from now on" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_device_without_room_for_the_weights_leaves_the_engine_on_the_cpu(converted):
+    needs_vulkan_module()
+    needs_lavapipe(computing=True)
+    script = ("import json, sys; from vocable import Engine\n"
+              "with Engine(sys.argv[1], threads=1, device='vulkan:0') as e: print(json.dumps([e.device, e.device_fallback]))")
+    proc = subprocess.run([sys.executable, "-c", script, str(converted("0.6b", "f32"))],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0", "GGML_VK_FORCE_MAX_BUFFER_SIZE": "2000000"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    device, fallback = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert device == "cpu", fallback
+    assert fallback.startswith("vulkan:0 (") and "failed to start: not enough memory for the weights" in fallback, fallback
+
+
 def test_a_device_that_is_not_there_leaves_the_engine_on_the_cpu(converted, caplog):
     from vocable import Engine
     from vocable.errors import ModelError

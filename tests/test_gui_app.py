@@ -510,6 +510,39 @@ def test_the_compute_device_is_chosen_in_the_settings(qtbot, home, model, open_w
     assert again.compute_device.currentText() == "vulkan:7 (not present: the CPU runs it)"
 
 
+def test_a_device_given_up_during_a_request_is_said(qtbot, home, model, open_window):
+    """The engine gives a device up when a request runs out of its memory (tests/test_devices.py
+    provokes it on lavapipe, which this process does not see): here the engine reports it as it
+    would, and the model's description and the user learn that the CPU runs it now."""
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    engine = w.c.engine
+    engine.device = "vulkan:0"  # as loaded on a device
+    w.c.model_description = w.c._describe_model(w.c.model_path, engine)
+    assert w.c.model_description.endswith(", on vulkan:0)")
+    why = "vulkan:0: out of memory (cannot allocate a KV cache of 1711 positions (0.8 MiB))"
+
+    class GivenUp:
+        def __init__(self, ctx):
+            self._ctx = ctx
+
+        def __getattr__(self, name):
+            return getattr(self._ctx, name)
+
+        def device(self):
+            return "cpu", why
+
+    engine._ctx = GivenUp(engine._ctx)
+    generate(qtbot, w)
+    assert engine.device == "cpu" and engine.device_fallback == why
+    assert "on vulkan:0" not in w.c.model_description
+    assert w.last_error == ("Running on the CPU", f"the device was given up: {why}"), w.last_error
+    w.last_error = None
+    generate(qtbot, w)
+    assert w.last_error is None  # said once
+
+
 def test_help_about_shows_versions_the_model_and_licenses(qtbot, home, model, open_window):
     from PySide6.QtCore import QTimer
     from vocable.gui.about_dialog import AboutDialog

@@ -315,6 +315,8 @@ class Synthesis:
                         codes_all, eos_all, stops = self._generate_one_by_one(joiner)
                 finally:
                     engine._active = None
+                    # a device that ran out of memory is given up for the CPU during a request
+                    engine.device, engine.device_fallback = engine._ctx.device()
             audio = np.concatenate([c.audio for c in self._chunks]) if self._chunks \
                 else np.zeros(0, dtype=np.float32)
             codes = np.concatenate(codes_all) if codes_all else np.zeros((0, 16), dtype=np.int32)

@@ -55,10 +55,7 @@ class ModelActions:
         if old is not None:
             old.close()
         self.model_path = path
-        info = engine.info
-        size = info.get("variant") or "?"
-        where = "" if engine.device == "cpu" else f", on {engine.device}"
-        self.model_description = f"{path.name} ({size}{where})"
+        self.model_description = self._describe_model(path, engine)
         self.languages = list(languages)
         self.settings.model_path = str(path)
         self._save_settings()
@@ -73,6 +70,24 @@ class ModelActions:
             # "auto" without a GPU is the usual case, not news; a device asked for by name is
             self.error.emit("Running on the CPU", f"{self.settings.compute_device} is not in use: "
                                                   f"{engine.device_fallback}")
+
+    @staticmethod
+    def _describe_model(path: Path, engine) -> str:
+        where = "" if engine.device == "cpu" else f", on {engine.device}"
+        return f"{path.name} ({engine.info.get('variant') or '?'}{where})"
+
+    def _check_the_device_kept(self) -> None:
+        """A device that ran out of memory during a request was given up for the CPU (the request
+        ran again there): the model's description and the user learn it once."""
+        engine = self.engine
+        if engine is None or self.model_path is None:
+            return
+        description = self._describe_model(self.model_path, engine)
+        if description == self.model_description:
+            return
+        self.model_description = description
+        self._set_model_state("ready", description)
+        self.error.emit("Running on the CPU", f"the device was given up: {engine.device_fallback}")
 
     def _model_failed(self, path: Path, message: str) -> None:
         self._set_model_state("error" if self.engine is None else "ready",

@@ -138,6 +138,7 @@ class SynthesisActions:
     def _synthesis_finished(self, worker: SynthesisWorker, result) -> None:
         self._stats_timer.stop()
         self._synthesis = None
+        self._check_the_device_kept()
         self.result = result
         self.result_player.end_stream(result.audio)
         summary = (f"{result.seconds:.1f} s of audio in {result.wall_time:.1f} s: first audio after "
@@ -167,6 +168,7 @@ class SynthesisActions:
         self._stats_timer.stop()
         if self._synthesis is worker:
             self._synthesis = None
+        self._check_the_device_kept()
         self.result_player.stop()
         self.result_player.end_stream()
         self.generating.emit(False)
