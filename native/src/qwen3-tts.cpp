@@ -233,6 +233,18 @@ namespace {
 // Puts the talker and the code predictor on `wanted` ("cpu", "auto" or a device id), loading
 // their weights there; a device that is missing or fails to start leaves them on the CPU, said
 // in the log and in ctx.device_fallback. A malformed name is an error.
+// Frees everything the context keeps on its device (a code predictor state built there, the
+// talker's and the code predictor's weights, the backend): the CPU runs them from then on.
+void release_device(qt_context & ctx) {
+    ctx.predictor_state.reset();
+    ctx.device_predictor = qt::code_predictor();
+    ctx.device_talker = qt::talker();
+    ctx.device_weights_buf.reset();
+    ctx.device_weights_ctx.reset();
+    ctx.device.reset();
+    ctx.device_id = "cpu";
+}
+
 void start_device(qt_context & ctx, const char * model_path, const std::string & wanted) {
     if (wanted == "cpu") {
         return;
@@ -284,9 +296,7 @@ void start_device(qt_context & ctx, const char * model_path, const std::string &
         ctx.device_id = device->id;
         QT_LOG_INFO("talker and code predictor on %s (%s)", device->id.c_str(), device->description.c_str());
     } catch (const qt::error & e) {
-        ctx.device_weights_buf.reset();
-        ctx.device_weights_ctx.reset();
-        ctx.device.reset();
+        release_device(ctx);
         ctx.device_fallback = device->id + " (" + device->description + ") failed to start: " + e.what();
         QT_LOG_WARN("%s; running on the CPU", ctx.device_fallback.c_str());
     }
@@ -620,18 +630,12 @@ qt::synthesis_models models_for(qt_context * ctx, int max_batch) {
              ctx->codec_dec, &ctx->prefills, ctx->device.get() };
 }
 
-// Gives the device up for this context: its states and weights are freed and the talker and
-// the code predictor run on the CPU from now on; `why` goes to the log and qt_device_fallback.
+// Gives the device up for this context (release_device); `why` goes to the log and
+// qt_device_fallback.
 void leave_device(qt_context * ctx, const std::string & why) {
     ctx->device_fallback = ctx->device_id + ": " + why;
     QT_LOG_WARN("%s; running on the CPU from now on", ctx->device_fallback.c_str());
-    ctx->predictor_state.reset();
-    ctx->device_predictor = qt::code_predictor();
-    ctx->device_talker = qt::talker();
-    ctx->device_weights_buf.reset();
-    ctx->device_weights_ctx.reset();
-    ctx->device.reset();
-    ctx->device_id = "cpu";
+    release_device(*ctx);
 }
 
 // Runs `run(models)` for the requests `reqs` on the context's device; where the device runs out
