@@ -167,6 +167,37 @@ if [ "$(uname -s)" = Linux ]; then
     fi
 fi
 
+# the speech API from the bundle: a voice made by its CLI, served on loopback, one request spoken
+voices="$tmp/voices"
+mkdir -p "$voices"
+(cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin \
+    "$exe" embed --model "$model" --ref "$ref" --name Ref --out "$voices/ref.safetensors") \
+    || fail "vocable embed failed"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+(cd "$tmp/work" && exec env -i HOME="$tmp/home" PATH=/usr/bin:/bin \
+    "$exe" serve --model "$model" --voices "$voices" --port "$port") > "$tmp/serve.log" 2>&1 &
+serve_pid=$!
+python3 - "$port" "$tmp/work/api.wav" <<'PY' || { cat "$tmp/serve.log" >&2; kill "$serve_pid"; fail "the speech API did not answer"; }
+import json, sys, time, urllib.request
+port, out = sys.argv[1], sys.argv[2]
+for _ in range(300):
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+        break
+    except OSError:
+        time.sleep(0.2)
+request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/audio/speech", method="POST",
+                                 headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"model": "tts-1", "voice": "Ref", "input": "Hello from the API.",
+                                                  "response_format": "wav"}).encode())
+with urllib.request.urlopen(request, timeout=300) as response, open(out, "wb") as f:
+    f.write(response.read())
+PY
+kill -INT "$serve_pid"
+wait "$serve_pid" || fail "vocable serve did not stop cleanly on Ctrl-C: $(tail -n 5 "$tmp/serve.log")"
+python3 "$root/packaging/check-wav.py" "$tmp/work/api.wav" || fail "the speech API's audio is not right"
+echo "check-bundle: the speech API answered from the bundle"
+
 # data, settings and logs went to the user's folders, nothing into the bundle
 (cd "$copy" && find . | sort) > "$tmp/files-after"
 if ! diff -q "$tmp/files-before" "$tmp/files-after" >/dev/null; then

@@ -23,6 +23,8 @@ RULES = [
      "audio is the bottom layer above the shared modules"),
     ("vocable.bench", ("vocable.gui", "vocable.cli"), "the bench runs headless"),
     ("vocable.gui", ("vocable.bench", "vocable.cli"), "the GUI is a front end beside the CLI"),
+    ("vocable.server", QT + AUDIO_DEVICES + ("vocable.gui", "vocable.bench", "vocable.cli"),
+     "the speech API is a headless front end: the engine and the library, never Qt or a sound device"),
     ("vocable.errors", ("vocable.",), "shared by every layer"),
     ("vocable.untrusted", ("vocable.",), "shared by every layer"),
     ("vocable.store", ENGINE + ("vocable.audio", "vocable.library", "vocable.gui", "vocable.bench"),

@@ -510,6 +510,50 @@ def test_the_compute_device_is_chosen_in_the_settings(qtbot, home, model, open_w
     assert again.compute_device.currentText() == "vulkan:7 (not present: the CPU runs it)"
 
 
+def test_the_speech_api_is_switched_on_in_the_settings(qtbot, home, model, open_window, tmp_path):
+    """Settings > Speech API starts the server on 127.0.0.1 in front of the app's model and voices;
+    a program then speaks through it; off stops it; a port in use is said, and the app goes on."""
+    import socket
+
+    import httpx
+    from vocable.gui.settings_dialog import SettingsDialog
+    from vocable.library.settings import Settings
+    set_model(model)
+    w = open_window()
+    qtbot.waitUntil(lambda: w.c.model_status == "ready", timeout=WAIT_MS)
+    load_reference(qtbot, w)
+    with qtbot.waitSignal(w.c.library_changed, timeout=WAIT_MS):
+        w.c.save_voice("Dora")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dialog = SettingsDialog(w.c, w)
+    assert not dialog.api_server.isChecked() and dialog.api_address.text() == "Off: only this app speaks."
+    dialog.api_server.setChecked(True)
+    dialog.api_port.setValue(port)
+    assert dialog.api_address.text() == f"Starts at http://127.0.0.1:{port}/v1 when you press OK (this machine only)"
+    with qtbot.waitSignal(w.c.api_server_changed, timeout=WAIT_MS):
+        w.c.update_settings(**dialog.values())
+    address = f"http://127.0.0.1:{port}/v1"
+    assert w.c.api_address == address and w.api_label.text() == f"API: {address}"
+    assert Settings.load().api_server is True and Settings.load().api_port == port
+    r = httpx.post(address + "/audio/speech", timeout=60, json={"model": "tts-1", "voice": "Dora", "input": "Hi.",
+                                                                 "response_format": "wav", "greedy": True})
+    assert r.status_code == 200 and r.content[:4] == b"RIFF"
+    with qtbot.waitSignal(w.c.api_server_changed, timeout=WAIT_MS):
+        w.c.update_settings(api_server=False)
+    assert w.c.api_address == "" and not w.api_label.isVisible()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(address + "/models", timeout=5)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        with qtbot.waitSignal(w.c.error, timeout=WAIT_MS):
+            w.c.update_settings(api_server=True, api_port=taken.getsockname()[1])
+    assert w.last_error[0] == "Cannot start the speech API" and "in use" in w.last_error[1]
+    assert w.c.api_address == ""
+
+
 def test_a_device_given_up_during_a_request_is_said(qtbot, home, model, open_window):
     """The engine gives a device up when a request runs out of its memory (tests/test_devices.py
     provokes it on lavapipe, which this process does not see): here the engine reports it as it

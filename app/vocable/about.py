@@ -62,6 +62,9 @@ ROLES = {_key(name): role for name, role in {
     "huggingface_hub": "downloading models",
     "platformdirs": "where models, voices and history are kept",
     "numpy": "arrays",
+    "fastapi": "the speech API's routes (vocable serve)",
+    "uvicorn": "the speech API's HTTP server",
+    "python-multipart": "voice uploads to the speech API",
 }.items()}
 
 

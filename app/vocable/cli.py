@@ -197,6 +197,32 @@ def _cmd_say(args) -> int:
     return 0
 
 
+def _cmd_serve(args) -> int:
+    import os
+    from .engine import Engine
+    from .library.settings import Settings
+    from .library.voices import VoiceLibrary
+    from .server import ServerConfig, check_exposure, serve
+
+    settings = Settings.load()
+    model = args.model or settings.model_path
+    if not model:
+        raise VocableError("no model: give --model, or pick one in the app first")
+    config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key or os.environ.get("VOCABLE_API_KEY"),
+                          max_input_chars=args.max_input_chars, max_waiting=args.queue)
+    check_exposure(config)   # before the model loads
+    library = VoiceLibrary(Path(args.voices) if args.voices else None)
+    with Engine(model, threads=args.threads or settings.threads, device=args.device) as engine:
+        _say_fallback(engine, args.device)
+        print(f"serving {Path(model).name} ({engine.device}) with {len(library.entries())} voice(s) from "
+              f"{library.root}", file=sys.stderr)
+        try:
+            serve(engine, config, library)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
 def _display_problem() -> str | None:
     """Why no window can open here, or None: Qt would abort the process without a display."""
     import os
@@ -310,6 +336,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int)
     _add_device_option(s)
     s.set_defaults(func=_cmd_say)
+
+    r = sub.add_parser("serve", help="serve the OpenAI-compatible speech API (POST /v1/audio/speech) on this machine")
+    r.add_argument("--model", help="converted .gguf model (default: the one the app uses)")
+    r.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
+                   "any other needs --api-key)")
+    r.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free one)")
+    r.add_argument("--api-key", help="the key clients must send (Authorization: Bearer KEY); default: the "
+                   "VOCABLE_API_KEY environment variable, which keeps it out of the process list")
+    r.add_argument("--voices", help="voice library folder (default: the app's)")
+    r.add_argument("--queue", type=int, default=8, help="requests that may wait for the engine (default 8); "
+                   "more get 429 with Retry-After")
+    r.add_argument("--max-input-chars", type=int, default=4096, help="longest text accepted (default 4096)")
+    r.add_argument("--threads", type=int)
+    _add_device_option(r)
+    r.set_defaults(func=_cmd_serve)
 
     g = sub.add_parser("gui", help="open the desktop app (also what `vocable` alone does)")
     g.add_argument("--selftest", nargs=2, metavar=("MODEL", "REF_AUDIO"),

@@ -124,6 +124,11 @@ class MainWindow(QMainWindow):
         self.model_label = QLabel("")
         self.model_label.setAccessibleName("Model")
         self.statusBar().addPermanentWidget(self.model_label)
+        self.api_label = QLabel("")
+        self.api_label.setAccessibleName("Speech API")
+        self.api_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.api_label.hide()
+        self.statusBar().addPermanentWidget(self.api_label)
 
         self._build_menus()
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
@@ -137,6 +142,7 @@ class MainWindow(QMainWindow):
         c.error.connect(self.show_error)
         c.status.connect(lambda text: self.statusBar().showMessage(text, 10000))
         c.model_state.connect(self._model_state)
+        c.api_server_changed.connect(self._api_server_changed)
         c.generating.connect(self._generating)
         self.speak.generate_requested.connect(self.generate)
         self.reference.open_requested.connect(self.open_reference)
@@ -303,6 +309,10 @@ class MainWindow(QMainWindow):
         if not self.c.has_model:
             self.stack.setCurrentWidget(self.setup)
         self.c.download_model(weight_type=weight_type)
+
+    def _api_server_changed(self, address: str) -> None:
+        self.api_label.setText(f"API: {address}" if address else "")
+        self.api_label.setVisible(bool(address))
 
     def open_settings(self) -> None:
         from .settings_dialog import SettingsDialog

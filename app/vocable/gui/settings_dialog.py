@@ -1,11 +1,12 @@
 """Settings: model, weight type for imports, compute device, threads, input and output device, export
-folder."""
+folder, the speech API."""
 from __future__ import annotations
 
 import os
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
-                               QLineEdit, QPushButton, QSpinBox, QWidget)
+                               QCheckBox, QLabel, QLineEdit, QPushButton, QSpinBox, QWidget)
 
 from .controller import Controller
 
@@ -50,6 +51,22 @@ class SettingsDialog(QDialog):
         self.export_dir.setPlaceholderText(str(controller.default_export_dir()))
         export_row = self._with_browse(self.export_dir, "Choose the export folder", self._browse_export)
 
+        self.api_server = QCheckBox("Serve the OpenAI-compatible speech API on this machine")
+        self.api_server.setAccessibleName("Speech API")
+        self.api_server.setChecked(s.api_server)
+        self.api_port = QSpinBox()
+        self.api_port.setAccessibleName("Speech API port")
+        self.api_port.setRange(1024, 65535)
+        self.api_port.setValue(s.api_port)
+        self.api_address = QLabel()
+        self.api_address.setTextInteractionFlags(self.api_address.textInteractionFlags() | Qt.TextSelectableByMouse)
+        self.api_server.toggled.connect(self._show_api_address)
+        self.api_port.valueChanged.connect(self._show_api_address)
+        self._show_api_address()
+        api_row = QHBoxLayout()
+        api_row.addWidget(self.api_server, 1)
+        api_row.addWidget(self.api_port)
+
         form = QFormLayout(self)
         form.addRow("&Model:", model_row)
         form.addRow("&Weight type for imports:", self.quantization)
@@ -58,6 +75,8 @@ class SettingsDialog(QDialog):
         form.addRow("&Output device:", self.output)
         form.addRow("&Input device:", self.input)
         form.addRow("&Export folder:", export_row)
+        form.addRow("Speech &API:", api_row)
+        form.addRow("", self.api_address)
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -105,6 +124,17 @@ class SettingsDialog(QDialog):
         box.setCurrentIndex(box.findData(current))
         return box
 
+    def _show_api_address(self) -> None:
+        """Where programs reach it (the address it will have, or has)."""
+        running = self.c.api_address
+        address = f"http://127.0.0.1:{self.api_port.value()}/v1"
+        if not self.api_server.isChecked():
+            self.api_address.setText("Off: only this app speaks." if not running else "Stops when you press OK.")
+        elif running == address:
+            self.api_address.setText(f"Running at {address} (this machine only)")
+        else:
+            self.api_address.setText(f"Starts at {address} when you press OK (this machine only)")
+
     def _browse_model(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose a converted model", "", "Vocable models (*.gguf)")
         if path:
@@ -121,4 +151,5 @@ class SettingsDialog(QDialog):
         return dict(model_path=self.model.currentData(), quantization=self.quantization.currentText(),
                     compute_device=self.compute_device.currentData(),
                     threads=self.threads.value() or None, output_device=self.output.currentData(),
-                    input_device=self.input.currentData(), export_dir=self.export_dir.text().strip() or None)
+                    input_device=self.input.currentData(), export_dir=self.export_dir.text().strip() or None,
+                    api_server=self.api_server.isChecked(), api_port=self.api_port.value())

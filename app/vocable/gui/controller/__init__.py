@@ -7,7 +7,8 @@ One `Controller` for the widgets, its actions grouped by concern, one module eac
 - synthesis.py: Generate, its streaming playback and result, saving it;
 - library.py: the saved voices and the history;
 - models.py: the model in use, importing and downloading models, the settings;
-- devices.py: the audio devices, and why Play or Record is off.
+- devices.py: the audio devices, and why Play or Record is off;
+- server.py: the speech API while the app runs.
 They share the state set up here and report through the signals below.
 
 Every failure ends up in `error` (a title and a message for a dialog) or `status` (a line for the
@@ -27,6 +28,7 @@ from .devices import AudioAvailability, AudioDevices, query_audio_devices
 from .library import LibraryActions
 from .models import ModelActions
 from .reference import AUDIO_FILE_SUFFIXES, Reference, ReferenceActions, recorder_max_seconds
+from .server import ServerActions
 from .synthesis import EXPORT_FORMATS, SynthesisActions
 
 __all__ = ["AUDIO_FILE_SUFFIXES", "EXPORT_FORMATS", "AudioAvailability", "Controller", "Reference",
@@ -35,7 +37,8 @@ __all__ = ["AUDIO_FILE_SUFFIXES", "EXPORT_FORMATS", "AudioAvailability", "Contro
 log = logging.getLogger("vocable.gui")
 
 
-class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelActions, AudioDevices, QObject):
+class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelActions, AudioDevices, ServerActions,
+                 QObject):
     # model
     model_state = Signal(str, str)          # "none" | "loading" | "ready" | "error", and a description
     languages_changed = Signal(list)
@@ -55,6 +58,7 @@ class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelAction
     history_changed = Signal()
     settings_changed = Signal()
     audio_changed = Signal()
+    api_server_changed = Signal(str)        # the speech API's address, "" when it is off
     # reporting
     status = Signal(str)
     error = Signal(str, str)                # title, message
@@ -112,6 +116,7 @@ class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelAction
     def start(self) -> None:
         """Finds the audio devices and loads the model from the settings (if any)."""
         self.refresh_audio()
+        self.apply_api_setting()
         path = self.settings.model_path
         if path and Path(path).is_file():
             self.load_model(Path(path))
@@ -128,6 +133,7 @@ class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelAction
         """Stops everything running (at window close)."""
         self._closed = True
         self.stop()
+        self.stop_api_server()
         self.cancel_model_task()
         if self._recorder is not None:
             try:

@@ -168,6 +168,7 @@ class ModelActions:
             setattr(self.settings, key, value)
         self._save_settings()
         self.refresh_audio()
+        self.apply_api_setting()
         self.settings_changed.emit()
         if (self.settings.model_path and self.settings.model_path != model_before) or \
                 (self.model_path is not None and (self.settings.threads != threads_before or
