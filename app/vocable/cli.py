@@ -56,10 +56,58 @@ def _add_device_option(parser) -> None:
                              "id that `vocable about` lists (vulkan:0)")
 
 
+def _transcriber(args):
+    from .asr.transcriber import Transcriber, find_whisper_model
+    return Transcriber(find_whisper_model(args.whisper), threads=args.threads)
+
+
+def _transcribe_reference(args, check) -> str:
+    """The reference's transcript by speech recognition, printed for the user to verify."""
+    heard = _transcriber(args).transcribe(check.samples, check.sample_rate)
+    if not heard.text:
+        raise VocableError("speech recognition heard no words in the reference; give --ref-text")
+    print(f"transcript ({heard.tts_language if heard.tts_language != 'auto' else heard.language}): {heard.text}",
+          file=sys.stderr)
+    return heard.text
+
+
+def _check_result(args, engine, voice, text, result):
+    """The result transcribed and compared with the text, and its speaker with the voice's."""
+    from .asr import check_output
+    from .asr.transcriber import TTS_LANGUAGES
+    language = next((code for code, name in TTS_LANGUAGES.items() if name == args.language), None)
+    return check_output(_transcriber(args), text, result.audio, result.sample_rate, engine=engine, voice=voice,
+                        language=language)
+
+
+def _cmd_transcribe(args) -> int:
+    from .audio.files import read_audio
+    samples, rate = read_audio(args.audio)
+    heard = _transcriber(args).transcribe(samples, rate, args.language)
+    print(heard.text)
+    print(f"{Path(args.audio).name}: {heard.seconds:.1f} s, language {heard.language} "
+          f"(p={heard.language_probability:.2f}); for vocable: --language {heard.tts_language}", file=sys.stderr)
+    return 0
+
+
+def _cmd_whisper_download(args) -> int:
+    from .engine.models import ModelStore
+    folder = ModelStore().download_whisper(args.name, progress=None if args.quiet else _print_fraction)
+    print(folder)
+    return 0
+
+
+def _print_fraction(fraction: float, message: str) -> None:
+    print(f"\r{100 * fraction:5.1f} % {message}".ljust(79), end="" if fraction < 1 else "\n", file=sys.stderr,
+          flush=True)
+
+
 def _cmd_embed(args) -> int:
     from .engine import Engine
 
     check = _checked_reference(args.ref)
+    if args.transcribe and not args.ref_text:
+        args.ref_text = _transcribe_reference(args, check)
     with Engine(args.model, threads=args.threads, dump_dir=args.dump_dir, device=args.device) as engine:
         _say_fallback(engine, args.device)
         voice = engine.embed_voice(check.samples, check.sample_rate, ref_text=args.ref_text,
@@ -182,6 +230,7 @@ def _cmd_say(args) -> int:
         finally:
             if player is not None:
                 player.stop()
+        checked = _check_result(args, engine, voice, text, result) if args.check else None
     print(f"{out}: {result.seconds:.2f} s of audio at {result.sample_rate} Hz in {result.wall_time:.2f} s "
           f"(first audio after {result.time_to_first_audio:.2f} s, real-time factor {result.real_time_factor:.2f}); "
           f"{result.mode} ({result.mode_reason}), seed {result.seed}"
@@ -194,6 +243,11 @@ def _cmd_say(args) -> int:
         reason = f" ({player.wait_reason})" if player.wait_reason else ""
         print(f"played on '{player.device_name}'{waited}{reason}, "
               + (f"{player.underruns} pause(s) waiting for audio" if player.underruns else "no pauses"), file=sys.stderr)
+    if checked is not None:
+        print(f"check: {checked.describe()}; heard: \"{checked.transcript}\"", file=sys.stderr)
+        if not checked.ok:
+            print("warning: the check flagged the result (exit status 3)", file=sys.stderr)
+            return 3
     return 0
 
 
@@ -308,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", required=True, help="converted .gguf model")
     e.add_argument("--ref", required=True, help="reference audio (WAV, FLAC, OGG, MP3)")
     e.add_argument("--ref-text", help="transcript of the reference (enables in-context cloning)")
+    e.add_argument("--transcribe", action="store_true", help="fill in --ref-text by speech recognition (Whisper), "
+                   "for in-context cloning without typing; the transcript is printed to check")
+    e.add_argument("--whisper", help="speech recognition model: a name in the store (tiny, base, ...) or a folder")
     e.add_argument("--name", help="voice name (default: the file name)")
     e.add_argument("--out", required=True, help="voice file to write")
     e.add_argument("--threads", type=int)
@@ -326,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--text-file", help="UTF-8 file with what to say ('-': standard input)")
     s.add_argument("--out", required=True, help="audio file to write: .wav, .flac, .ogg or .mp3")
     s.add_argument("--play", action="store_true", help="play the speech as it is generated")
+    s.add_argument("--check", action="store_true", help="transcribe the result and compare it with the text (word "
+                   "error rate) and the voice (speaker similarity); exit status 3 when it is flagged")
+    s.add_argument("--whisper", help="speech recognition model for --check: a name in the store or a folder")
     s.add_argument("--output-device", help="audio output for --play (a name or part of one, or an index)")
     s.add_argument("--language", default="auto", help="auto (default) or a language the model knows: english, ...")
     s.add_argument("--seed", type=int, help="reproduce a run (the seed is printed at the end)")
@@ -351,6 +411,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", type=int)
     _add_device_option(r)
     r.set_defaults(func=_cmd_serve)
+
+    tr = sub.add_parser("transcribe", help="the words spoken in an audio file (speech recognition with Whisper)")
+    tr.add_argument("audio")
+    tr.add_argument("--language", help="Whisper's language code (en, de, ...); default: detected")
+    tr.add_argument("--whisper", help="speech recognition model: a name in the store (tiny, base, ...) or a folder")
+    tr.add_argument("--threads", type=int)
+    tr.set_defaults(func=_cmd_transcribe)
+
+    wd = sub.add_parser("whisper-download", help="download a speech recognition model (Whisper, for faster-whisper)")
+    wd.add_argument("name", nargs="?", default="base", help="tiny, tiny.en, base (default), base.en, small, small.en")
+    wd.add_argument("-q", "--quiet", action="store_true")
+    wd.set_defaults(func=_cmd_whisper_download)
 
     g = sub.add_parser("gui", help="open the desktop app (also what `vocable` alone does)")
     g.add_argument("--selftest", nargs=2, metavar=("MODEL", "REF_AUDIO"),

@@ -48,6 +48,12 @@ FILE_TYPES = {0: "f32", 1: "f16", 7: "q8_0", 14: "q4_k"}   # general.file_type, 
 # Output size relative to the bf16 checkpoint, for the free-space check before a conversion.
 _SIZE_FACTOR = {"f32": 2.1, "f16": 1.1, "q8_0": 0.7, "q4_k": 0.5}
 _DOWNLOAD_SHARE = 0.8   # share of download()'s progress taken by the download (the rest: converting)
+# faster-whisper's CTranslate2 conversions of Whisper, by the name the user picks
+WHISPER_REPOS = {name: f"Systran/faster-whisper-{name}" for name in ("tiny", "tiny.en", "base", "base.en", "small",
+                                                                      "small.en")}
+DEFAULT_WHISPER = "base"
+_WHISPER_FILES = re.compile(r"^(model\.bin|config\.json|tokenizer\.json|vocabulary\.(txt|json)|"
+                            r"preprocessor_config\.json|README\.md|LICENSE)$")
 _DOWNLOAD_FILES = re.compile(r"^((speech_tokenizer/)?[^/]+\.(json|txt|safetensors)|README\.md|LICENSE)$")
 
 
@@ -250,6 +256,46 @@ class ModelStore:
             shutil.rmtree(local_dir, ignore_errors=True)
         return entry
 
+    def download_whisper(self, name: str = DEFAULT_WHISPER, progress: ProgressFn | None = None,
+                         cancel: threading.Event | None = None) -> Path:
+        """Downloads a Whisper model for speech recognition (faster-whisper's conversion, from
+        Hugging Face) into paths.whisper_dir()/name and returns that folder. Offline, cancelled
+        and resumed as download() is."""
+        if name not in WHISPER_REPOS:
+            raise ModelError(f"unknown Whisper model '{name}'; choose one of {', '.join(WHISPER_REPOS)}")
+        repo_id = WHISPER_REPOS[name]
+        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+            raise ModelError("downloads are switched off (HF_HUB_OFFLINE is set)")
+        endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+        host = _check_reachable(endpoint)
+        report = progress or (lambda fraction, message: None)
+        report(0.0, f"asking {host} for {repo_id}")
+        files = _list_files(repo_id, endpoint, host, _WHISPER_FILES, "model.bin", "a faster-whisper model repository")
+        total = sum(size for _, size in files) or 1
+        local_dir = paths.downloads_dir() / repo_id.replace("/", "--")
+        have = sum(_local_size(local_dir / f) for f, _ in files)
+        self._check_space(2 * (total - have), f"download {repo_id}", local_dir)
+        done_before = 0
+        for file_name, size in files:
+            if cancel is not None and cancel.is_set():
+                raise ConversionCancelled("download cancelled")
+            _download_file(repo_id, file_name, local_dir, endpoint, host,
+                           lambda n, base=done_before, f=file_name: report(
+                               min(1.0, (base + n) / total),
+                               f"downloading {f} ({(base + n) / 2**20:.0f} of {total / 2**20:.0f} MiB)"),
+                           cancel)
+            done_before += size
+        dest = paths.whisper_dir() / name
+        partial = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(local_dir, partial, ignore=shutil.ignore_patterns(".cache"))
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(partial, dest)
+        shutil.rmtree(local_dir, ignore_errors=True)
+        report(1.0, f"speech recognition model {name} ready")
+        log.info("downloaded %s into %s", repo_id, dest)
+        return dest
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _unique(self, name: str) -> Path:
@@ -330,17 +376,18 @@ def _hub_error(e: Exception, repo_id: str, host: str) -> ModelError:
     return ModelError(f"cannot download {repo_id} from {host}: {text[:300]}")
 
 
-def _list_files(repo_id: str, endpoint: str, host: str) -> list[tuple[str, int]]:
-    """(path, size) of the files a conversion needs."""
+def _list_files(repo_id: str, endpoint: str, host: str, wanted: re.Pattern = _DOWNLOAD_FILES,
+                required: str = "config.json", kind: str = "a Qwen3-TTS model repository") -> list[tuple[str, int]]:
+    """(path, size) of the files `wanted` matches; ModelError when `required` is not among them."""
     from huggingface_hub import HfApi
 
     try:
         info = HfApi(endpoint=endpoint).model_info(repo_id, files_metadata=True)
     except Exception as e:  # network, HTTP and hub errors all become a message
         raise _hub_error(e, repo_id, host) from e
-    files = [(s.rfilename, int(s.size or 0)) for s in (info.siblings or []) if _DOWNLOAD_FILES.match(s.rfilename)]
-    if not any(name == "config.json" for name, _ in files):
-        raise ModelError(f"{repo_id} has no config.json: not a Qwen3-TTS model repository")
+    files = [(s.rfilename, int(s.size or 0)) for s in (info.siblings or []) if wanted.match(s.rfilename)]
+    if not any(name == required for name, _ in files):
+        raise ModelError(f"{repo_id} has no {required}: not {kind}")
     return sorted(files)
 
 

@@ -143,6 +143,7 @@ class MainWindow(QMainWindow):
         c.status.connect(lambda text: self.statusBar().showMessage(text, 10000))
         c.model_state.connect(self._model_state)
         c.api_server_changed.connect(self._api_server_changed)
+        c.model_task.connect(self._model_task)
         c.generating.connect(self._generating)
         self.speak.generate_requested.connect(self.generate)
         self.reference.open_requested.connect(self.open_reference)
@@ -183,6 +184,10 @@ class MainWindow(QMainWindow):
         action(m, "&Use a converted model…", self.pick_model)
         action(m, "&Import a Hugging Face folder…", lambda: self.import_model(None))
         action(m, "&Download Qwen3-TTS 0.6B", lambda: self.download_model(None))
+        m.addSeparator()
+        action(m, "Download &speech recognition (Whisper base, 145 MB)", lambda: self.c.download_whisper())
+        self.cancel_download_action = action(m, "&Cancel the download", self.c.cancel_model_task)
+        self.cancel_download_action.setEnabled(False)
         m = self.menuBar().addMenu("&Settings")
         action(m, "&Preferences…", self.open_settings, QKeySequence.Preferences)
         m = self.menuBar().addMenu("&Help")
@@ -309,6 +314,13 @@ class MainWindow(QMainWindow):
         if not self.c.has_model:
             self.stack.setCurrentWidget(self.setup)
         self.c.download_model(weight_type=weight_type)
+
+    def _model_task(self, state: str, fraction: float, text: str) -> None:
+        """Downloads and imports also report in the status bar (the setup screen shows them before a
+        model is loaded), and can be cancelled from the Model menu."""
+        self.cancel_download_action.setEnabled(state == "running")
+        percent = f"{100 * fraction:.0f} %: " if state == "running" and fraction >= 0 else ""
+        self.statusBar().showMessage(percent + text, 0 if state == "running" else 10000)
 
     def _api_server_changed(self, address: str) -> None:
         self.api_label.setText(f"API: {address}" if address else "")

@@ -97,9 +97,14 @@ class ReferencePanel(QGroupBox):
         self.mode.setAccessibleName("Clone mode")
         transcript_label = QLabel("&Transcript:")
         transcript_label.setBuddy(self.transcript)
+        self.transcribe_button = QPushButton("Tran&scribe")
+        self.transcribe_button.setAccessibleName("Transcribe the reference")
+        self.transcribe_button.setToolTip("Fill in what the reference says by speech recognition (Whisper); "
+                                          "check the words before you generate")
         row = QHBoxLayout()
         row.addWidget(transcript_label)
         row.addWidget(self.transcript, 1)
+        row.addWidget(self.transcribe_button)
 
         layout = QVBoxLayout(self)
         layout.addLayout(buttons)
@@ -114,6 +119,7 @@ class ReferencePanel(QGroupBox):
         self.save_button.clicked.connect(self.save_voice_requested)
         self.record_button.clicked.connect(self._record_clicked)
         self.transcript.textChanged.connect(controller.set_transcript)
+        self.transcribe_button.clicked.connect(controller.transcribe_reference)
         controller.reference_changed.connect(self.refresh)
         controller.mode_changed.connect(self._mode)
         controller.recording.connect(self._recording)
@@ -280,6 +286,7 @@ class SpeakPanel(QGroupBox):
         self.generate_button.clicked.connect(self.generate_requested)
         self.stop_button.clicked.connect(controller.stop)
         controller.languages_changed.connect(self.set_languages)
+        controller.language_heard.connect(self._language_heard)
         controller.generating.connect(self._generating)
         controller.progress_text.connect(self.progress.setText)
         self.set_languages(controller.languages)
@@ -298,6 +305,11 @@ class SpeakPanel(QGroupBox):
         self.language.addItems(["auto", *languages])
         index = self.language.findText(current)
         self.language.setCurrentIndex(max(index, 0))
+
+    def _language_heard(self, language: str) -> None:
+        index = self.language.findText(language)
+        if index >= 0:
+            self.language.setCurrentIndex(index)
 
     def _generating(self, on: bool) -> None:
         self.generate_button.setEnabled(not on)
@@ -335,19 +347,34 @@ class ResultPanel(QGroupBox):
         self.info = QLabel("")
         self.info.setWordWrap(True)
         self.info.setAccessibleName("Result details")
+        self.check = QLabel("")
+        self.check.setWordWrap(True)
+        self.check.setAccessibleName("Result check")
+        self.check.hide()
         row = QHBoxLayout()
         row.addWidget(self.info, 1)
         row.addWidget(self.save_button)
         layout = QVBoxLayout(self)
         layout.addWidget(self.wave)
         layout.addLayout(row)
+        layout.addWidget(self.check)
         self.save_button.clicked.connect(self.save_requested)
         controller.result_ready.connect(self._result)
+        controller.result_checked.connect(self._checked)
         controller.generating.connect(lambda on: self._result(controller.result))
         controller.result_player.samples_changed.connect(lambda: self._result(controller.result))
         controller.audio_changed.connect(self.wave.refresh)
 
+    def _checked(self, checked) -> None:
+        """What speech recognition heard, and whether it matches: flagged results stand out."""
+        verdict = "Check: " + checked.describe()
+        self.check.setText(verdict + f" — heard: “{checked.transcript[:200]}”")
+        self.check.setStyleSheet("" if checked.ok else "color: #b3261e; font-weight: bold;")
+        self.check.show()
+
     def _result(self, result) -> None:
+        if result is None or self.c.is_generating:
+            self.check.hide()
         player = self.c.result_player
         self.save_button.setEnabled(player.samples.size > 0 and not player.streaming and not self.c.is_generating)
         if result is not None:

@@ -51,6 +51,11 @@ class SettingsDialog(QDialog):
         self.export_dir.setPlaceholderText(str(controller.default_export_dir()))
         export_row = self._with_browse(self.export_dir, "Choose the export folder", self._browse_export)
 
+        self.check_results = QCheckBox("Transcribe each result and compare it with the text and the voice")
+        self.check_results.setAccessibleName("Check each result")
+        self.check_results.setToolTip("Speech recognition (Whisper) flags a garbled or runaway passage, and a voice "
+                                      "that drifted from the reference")
+        self.check_results.setChecked(s.check_results)
         self.api_server = QCheckBox("Serve the OpenAI-compatible speech API on this machine")
         self.api_server.setAccessibleName("Speech API")
         self.api_server.setChecked(s.api_server)
@@ -75,6 +80,7 @@ class SettingsDialog(QDialog):
         form.addRow("&Output device:", self.output)
         form.addRow("&Input device:", self.input)
         form.addRow("&Export folder:", export_row)
+        form.addRow("C&heck results:", self.check_results)
         form.addRow("Speech &API:", api_row)
         form.addRow("", self.api_address)
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
@@ -152,4 +158,5 @@ class SettingsDialog(QDialog):
                     compute_device=self.compute_device.currentData(),
                     threads=self.threads.value() or None, output_device=self.output.currentData(),
                     input_device=self.input.currentData(), export_dir=self.export_dir.text().strip() or None,
-                    api_server=self.api_server.isChecked(), api_port=self.api_port.value())
+                    check_results=self.check_results.isChecked(), api_server=self.api_server.isChecked(),
+                    api_port=self.api_port.value())

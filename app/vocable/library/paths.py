@@ -44,6 +44,11 @@ def models_dir() -> Path:
     return ensure_dir(data_dir() / "models")
 
 
+def whisper_dir() -> Path:
+    """Speech recognition models (one folder each, by name), beside the TTS models."""
+    return ensure_dir(models_dir() / "whisper")
+
+
 def voices_dir() -> Path:
     return ensure_dir(data_dir() / "voices")
 

@@ -41,6 +41,9 @@ class Settings:
     output_device: str | None = None    # playback device name; None: the system default
     export_dir: str | None = None       # last folder audio was saved to
     language: str = "auto"
+    whisper_model: str | None = None    # speech recognition model: a name in the store or a folder;
+                                        # None: the first installed
+    check_results: bool = False         # transcribe each result and compare it with its text
     api_server: bool = False            # serve the speech API (vocable.server) while the app runs
     api_port: int = 8765                # on 127.0.0.1:api_port
 
@@ -112,9 +115,9 @@ def _check(name: str, value):
     elif name == "compute_device":
         if not isinstance(value, str) or not COMPUTE_DEVICE.fullmatch(value):
             raise ValueError(f"compute_device {str(value)[:80]!r} is not auto, cpu or a device id such as vulkan:0")
-    elif name == "api_server":
+    elif name in ("api_server", "check_results"):
         if not isinstance(value, bool):
-            raise ValueError(f"api_server {str(value)[:80]!r} is not true or false")
+            raise ValueError(f"{name} {str(value)[:80]!r} is not true or false")
     elif name == "api_port":
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
             raise ValueError(f"api_port {str(value)[:80]!r} is not a port number from 1 to 65535")

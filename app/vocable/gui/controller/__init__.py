@@ -8,7 +8,8 @@ One `Controller` for the widgets, its actions grouped by concern, one module eac
 - library.py: the saved voices and the history;
 - models.py: the model in use, importing and downloading models, the settings;
 - devices.py: the audio devices, and why Play or Record is off;
-- server.py: the speech API while the app runs.
+- server.py: the speech API while the app runs;
+- speech_recognition.py: the reference's transcript, the check of a result, the Whisper model.
 They share the state set up here and report through the signals below.
 
 Every failure ends up in `error` (a title and a message for a dialog) or `status` (a line for the
@@ -29,6 +30,7 @@ from .library import LibraryActions
 from .models import ModelActions
 from .reference import AUDIO_FILE_SUFFIXES, Reference, ReferenceActions, recorder_max_seconds
 from .server import ServerActions
+from .speech_recognition import SpeechRecognitionActions
 from .synthesis import EXPORT_FORMATS, SynthesisActions
 
 __all__ = ["AUDIO_FILE_SUFFIXES", "EXPORT_FORMATS", "AudioAvailability", "Controller", "Reference",
@@ -38,7 +40,7 @@ log = logging.getLogger("vocable.gui")
 
 
 class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelActions, AudioDevices, ServerActions,
-                 QObject):
+                 SpeechRecognitionActions, QObject):
     # model
     model_state = Signal(str, str)          # "none" | "loading" | "ready" | "error", and a description
     languages_changed = Signal(list)
@@ -50,6 +52,8 @@ class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelAction
     generating = Signal(bool)
     progress_text = Signal(str)
     result_ready = Signal(object)           # SynthesisResult (or None when cleared)
+    result_checked = Signal(object)         # asr.OutputCheck of the result shown
+    language_heard = Signal(str)            # the reference's language, by speech recognition
     # recording
     recording = Signal(bool)
     record_level = Signal(float, float)     # dBFS, elapsed seconds

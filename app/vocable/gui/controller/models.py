@@ -129,22 +129,27 @@ class ModelActions:
         workers.start(FunctionWorker(check, "reading the model"), finished=lambda entry: self.load_model(entry.path),
                       failed=lambda message: self.error.emit("Not a Vocable model", message))
 
-    def _run_model_task(self, action, description: str) -> None:
+    def _run_model_task(self, action, description: str, finished=None) -> None:
+        """`action(progress, cancel)` on a worker; `finished(its result)` on success (default: load
+        the model it made)."""
         if self._model_task is not None:
             self.error.emit("Busy", "a model is already being imported or downloaded")
             return
         worker = ModelTaskWorker(action, description)
         self._model_task = worker
         self.model_task.emit("running", -1.0, description + "...")
-        workers.start(worker, finished=self._model_task_finished,
+        workers.start(worker, finished=lambda result: self._model_task_finished(result, finished),
                       failed=lambda message: self._model_task_ended("failed", message),
                       cancelled=lambda: self._model_task_ended("cancelled", "cancelled; nothing was kept"),
                       progress=lambda fraction, text: self.model_task.emit("running", fraction, text))
 
-    def _model_task_finished(self, entry) -> None:
+    def _model_task_finished(self, result, finished=None) -> None:
         self._model_task = None
-        self.model_task.emit("finished", 1.0, f"{entry.name} is ready")
-        self.load_model(entry.path)
+        self.model_task.emit("finished", 1.0, f"{result.name} is ready")
+        if finished is not None:
+            finished(result)
+        else:
+            self.load_model(result.path)
 
     def _model_task_ended(self, state: str, message: str) -> None:
         self._model_task = None

@@ -158,6 +158,10 @@ class SynthesisActions:
             self.error.emit("Cannot save to the history", str(e))
         self.generating.emit(False)
         self.result_ready.emit(result)
+        if self.settings.check_results:
+            reference = self._synthesis_reference
+            self.check_result(result, worker.request.text,
+                              worker.request.voice or (reference.voice if reference is not None else None))
         out = worker.request.out_path
         if out is not None:
             self.settings.export_dir = str(out.parent)
