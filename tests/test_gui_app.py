@@ -318,6 +318,38 @@ def test_voice_library_survives_a_restart(qtbot, home, model, open_window, monke
     assert w2.messages.isVisible() and w2.library.list.count() == 1
 
 
+def test_a_saved_voice_averages_more_clips(qtbot, home, model, open_window, monkeypatch, tmp_path):
+    """Add a clip…: another recording of the speaker averaged into the saved voice's embedding;
+    the in-context clip and transcript stay; the voice in use follows."""
+    import numpy as np
+    import soundfile as sf
+    from vocable.library.voices import VoiceLibrary
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    w.reference.transcript.setText("Okay. Yeah.")
+    with qtbot.waitSignal(w.c.library_changed, timeout=WAIT_MS):
+        w.c.save_voice("Eve")
+    voice_id = VoiceLibrary().entries()[0].id
+    before = VoiceLibrary().load(voice_id)
+    w.library.list.setCurrentRow(0)
+    w.library.use_button.click()
+    clip, rate = sf.read(REF, dtype="float32")
+    other = tmp_path / "second.wav"
+    sf.write(other, clip[::-1].copy(), rate)   # another clip: the same sound played backwards
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(other), "")))
+    with qtbot.waitSignal(w.c.library_changed, timeout=WAIT_MS):
+        w.library.add_clip_button.click()
+    after = VoiceLibrary().load(voice_id)
+    assert after.clips == 2 and w.library.list.item(0).text().endswith("· 2 clips")
+    from vocable.audio.reference import check_reference
+    trimmed = check_reference(*sf.read(other, dtype="float32"), trim=True)   # as the app reads a clip
+    second = w.c.engine.embed_voice(trimmed.samples, trimmed.sample_rate).speaker_embedding
+    assert np.allclose(after.speaker_embedding, (before.speaker_embedding + second) / 2, atol=1e-5)
+    assert np.array_equal(after.codes, before.codes) and after.ref_text == before.ref_text
+    assert np.array_equal(w.c.reference.voice.speaker_embedding, after.speaker_embedding)
+
+
 def test_history_replay_export_delete(qtbot, home, model, open_window, monkeypatch, tmp_path):
     set_model(model)
     w = open_window()

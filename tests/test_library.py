@@ -356,3 +356,42 @@ def test_a_fifo_or_device_is_refused_without_blocking(tmp_path):
         with pytest.raises(VoiceError, match="not a file"):
             lib.import_file(path)
     assert lib.entries() == []
+
+
+def test_a_voice_averages_several_clips(engine, reference_clip, tmp_path):
+    """Engine.add_clip averages another recording into the speaker embedding; the clip count is
+    kept in the file and the library, and the in-context clip (codes, transcript) stays."""
+    from vocable.library.voices import VoiceLibrary
+    first = engine.embed_voice(reference_clip, 24000, ref_text="Okay. Yeah.")
+    other = reference_clip[::-1].copy()
+    both = engine.add_clip(first, other, 24000)
+    three = engine.add_clip(both, reference_clip[: 24000 * 2], 24000)
+    second = engine.embed_voice(other, 24000).speaker_embedding
+    third = engine.embed_voice(reference_clip[: 24000 * 2], 24000).speaker_embedding
+    assert both.clips == 2 and three.clips == 3
+    assert np.allclose(three.speaker_embedding, (first.speaker_embedding + second + third) / 3, atol=1e-5)
+    assert np.array_equal(three.codes, first.codes) and three.ref_text == first.ref_text
+    library = VoiceLibrary(tmp_path)
+    entry = library.save(first, "Ivy")
+    assert entry.clips == 1
+    entry = library.replace(entry.id, three)
+    assert (entry.clips, entry.name) == (3, "Ivy")
+    assert library.load(entry.id).clips == 3
+
+
+def test_a_voice_file_with_a_bad_clip_count_is_refused(tmp_path):
+    from safetensors.numpy import save_file
+    from vocable.errors import VoiceError
+    from vocable.library.voice import Voice
+    good = tmp_path / "v.safetensors"
+    Voice(np.ones(8, np.float32), name="x").save(good)
+    for clips in ("0", "-1", "abc", "1000", ""):
+        bad = tmp_path / f"bad{clips}.safetensors"
+        from safetensors import safe_open
+        with safe_open(good, "np") as f:
+            meta = dict(f.metadata())
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        meta["clips"] = clips
+        save_file(tensors, bad, metadata=meta)
+        with pytest.raises(VoiceError):
+            Voice.load(bad)

@@ -105,14 +105,20 @@ def _print_fraction(fraction: float, message: str) -> None:
 def _cmd_embed(args) -> int:
     from .engine import Engine
 
-    check = _checked_reference(args.ref)
+    first, *more = args.ref
+    checks = [_checked_reference(path) for path in args.ref]
     if args.transcribe and not args.ref_text:
-        args.ref_text = _transcribe_reference(args, check)
+        args.ref_text = _transcribe_reference(args, checks[0])
     with Engine(args.model, threads=args.threads, dump_dir=args.dump_dir, device=args.device) as engine:
         _say_fallback(engine, args.device)
-        voice = engine.embed_voice(check.samples, check.sample_rate, ref_text=args.ref_text,
-                                   name=args.name or Path(args.ref).stem)
+        voice = engine.embed_voice(checks[0].samples, checks[0].sample_rate, ref_text=args.ref_text,
+                                   name=args.name or Path(first).stem)
+        for check in checks[1:]:
+            voice = engine.add_clip(voice, check.samples, check.sample_rate)
     voice.save(args.out)
+    if more:
+        print(f"the speaker embedding averages {voice.clips} clips; in-context cloning continues {first}",
+              file=sys.stderr)
     mode = "in-context (transcript given)" if voice.ref_text else "x-vector only (no transcript)"
     print(f"voice '{voice.name}': {voice.reference_seconds:.2f} s reference, embedding {voice.speaker_embedding.shape[0]}, "
           f"{voice.codes.shape[0]} code frames; clones {mode} -> {args.out}", file=sys.stderr)
@@ -360,7 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("embed", help="make a voice file from a reference recording")
     e.add_argument("--model", required=True, help="converted .gguf model")
-    e.add_argument("--ref", required=True, help="reference audio (WAV, FLAC, OGG, MP3)")
+    e.add_argument("--ref", required=True, action="append", help="reference audio (WAV, FLAC, OGG, MP3); give it "
+                   "again for more clips of the same speaker, averaged into the speaker embedding (the first is "
+                   "the one in-context cloning continues, with --ref-text)")
     e.add_argument("--ref-text", help="transcript of the reference (enables in-context cloning)")
     e.add_argument("--transcribe", action="store_true", help="fill in --ref-text by speech recognition (Whisper), "
                    "for in-context cloning without typing; the transcript is printed to check")

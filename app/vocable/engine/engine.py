@@ -135,6 +135,22 @@ class Engine:
         text = ref_text.strip() if ref_text and ref_text.strip() else None
         return Voice(embedding, codes, text, name, self.info["variant"], clip.seconds, clip.warnings)
 
+    def add_clip(self, voice: Voice, samples: np.ndarray, sample_rate: int) -> Voice:
+        """The voice with one more reference clip averaged into its speaker embedding (a steadier
+        voice from several recordings); its reference codes and transcript, the clip in-context
+        cloning continues, stay as they are."""
+        if voice.speaker_embedding.size != self.info["n_speaker_embd"]:
+            raise VocableError(f"the voice was made with another model size ({voice.model_variant or 'unknown'}); "
+                               "make it again with this model")
+        added = self.embed_voice(samples, sample_rate)
+        from ..library.voice import MAX_CLIPS
+        if voice.clips >= MAX_CLIPS:
+            raise VocableError(f"the voice averages {voice.clips} clips already, the most it can")
+        n = voice.clips
+        embedding = (voice.speaker_embedding.astype(np.float64) * n + added.speaker_embedding) / (n + 1)
+        return Voice(embedding.astype(np.float32), voice.codes, voice.ref_text, voice.name, voice.model_variant,
+                     voice.reference_seconds, voice.warnings + added.warnings, clips=n + 1)
+
     @property
     def tokenizer(self):
         """The model's text tokenizer (text.TextTokenizer), read from the model file."""

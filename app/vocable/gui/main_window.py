@@ -154,6 +154,7 @@ class MainWindow(QMainWindow):
         self.library.delete_requested.connect(self.delete_voice)
         self.library.export_requested.connect(self.export_voice)
         self.library.import_requested.connect(self.import_voice)
+        self.library.add_clip_requested.connect(self.add_clip_to_voice)
         self.history.export_requested.connect(self.export_history)
         self.history.delete_requested.connect(self.delete_history)
         self.setup.pick_requested.connect(self.pick_model)
@@ -286,6 +287,12 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getOpenFileName(self, "Import voice", str(self.c.default_export_dir()), VOICE_FILTER)
         if path:
             self.c.import_voice(Path(path))
+
+    def add_clip_to_voice(self, voice_id: str) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Another clip of the same speaker", str(self.c.default_export_dir()),
+                                              AUDIO_FILTER)
+        if path:
+            self.c.add_clip_to_voice(voice_id, Path(path))
 
     def export_history(self, entry_id: str) -> None:
         start = str(self.c.default_export_dir() / "speech.wav")

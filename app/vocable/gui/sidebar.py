@@ -75,6 +75,7 @@ class LibraryPanel(_ListPanel):
     delete_requested = Signal(str)
     export_requested = Signal(str)
     import_requested = Signal()
+    add_clip_requested = Signal(str)
 
     def __init__(self, controller: Controller, parent: QWidget | None = None):
         super().__init__("Saved voices", "No saved voices yet. Choose a reference, then “Save voice…”.", parent)
@@ -85,6 +86,10 @@ class LibraryPanel(_ListPanel):
         self.delete_button = self._button("Delete", "Delete the selected voice", 1, 1)
         self.export_button = self._button("Export…", "Export the selected voice to a file", 2, 0)
         self.import_button = self._button("&Import…", "Import a voice file", 2, 1, needs_selection=False)
+        self.add_clip_button = self._button("Add a c&lip…", "Add another recording of this speaker to the "
+                                            "selected voice", 3, 0)
+        self.add_clip_button.setToolTip("Another clip of the same speaker, averaged into the voice's speaker "
+                                        "embedding: a steadier voice from several recordings")
         self.use_button.clicked.connect(lambda: self._with_id(controller.use_voice))
         self.list.itemActivated.connect(lambda item: controller.use_voice(item.data(ID_ROLE)))
         self.save_button.clicked.connect(self.save_requested)
@@ -92,6 +97,7 @@ class LibraryPanel(_ListPanel):
         self.delete_button.clicked.connect(lambda: self._with_id(self.delete_requested.emit))
         self.export_button.clicked.connect(lambda: self._with_id(self.export_requested.emit))
         self.import_button.clicked.connect(self.import_requested)
+        self.add_clip_button.clicked.connect(lambda: self._with_id(self.add_clip_requested.emit))
         controller.library_changed.connect(self.refresh)
         controller.reference_changed.connect(self._selection)
         self.refresh()
@@ -109,8 +115,9 @@ class LibraryPanel(_ListPanel):
         rows = []
         for e in self.c.voice_entries():
             mode = "in-context ready" if e.has_codes and e.ref_text else "x-vector"
+            clips = f" · {e.clips} clips" if e.clips > 1 else ""
             created = e.created.astimezone()
-            rows.append((e.id, f"{e.name}\n{e.seconds:.1f} s · {e.model_variant or '?'} · {mode}",
+            rows.append((e.id, f"{e.name}\n{e.seconds:.1f} s · {e.model_variant or '?'} · {mode}{clips}",
                          f"{e.name}\nsaved {created:%Y-%m-%d %H:%M}\ntranscript: {e.ref_text or '(none)'}"))
         self._fill(rows)
 

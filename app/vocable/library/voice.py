@@ -37,6 +37,7 @@ MAX_EMBEDDING = 16384             # speaker embedding length (the models use 102
 MAX_CODE_FRAMES = 4096            # 5.5 min at 12.5 frames/s (references are capped at 60 s)
 MAX_REFERENCE_SECONDS = 24 * 3600
 MAX_METADATA_CHARS = 4 * MAX_REF_TEXT_CHARS
+MAX_CLIPS = 100                   # reference clips averaged into one speaker embedding
 _TENSORS = {"speaker_embedding": ("F32", 1), "codes": ("I32", 2)}   # name: (dtype, dimensions)
 
 
@@ -47,8 +48,9 @@ class Voice:
     ref_text: str | None = None             # transcript of the reference (in-context cloning)
     name: str = ""
     model_variant: str = ""                 # the model the voice was made with ("0.6B", ...)
-    reference_seconds: float = 0.0
+    reference_seconds: float = 0.0          # of the clip in-context cloning continues
     warnings: list[str] = field(default_factory=list)
+    clips: int = 1                          # reference clips the speaker embedding averages
 
     def __post_init__(self):
         self.speaker_embedding = np.ascontiguousarray(self.speaker_embedding, dtype=np.float32)
@@ -92,6 +94,8 @@ def check_voice(voice: Voice, what: str) -> None:
         raise VoiceError(f"{what}: the reference transcript is longer than {MAX_REF_TEXT_CHARS} characters")
     if len(voice.model_variant) > MAX_MODEL_NAME_CHARS:
         raise VoiceError(f"{what}: the model name is too long")
+    if not (isinstance(voice.clips, int) and 1 <= voice.clips <= MAX_CLIPS):
+        raise VoiceError(f"{what}: invalid number of reference clips {voice.clips!r} (1 to {MAX_CLIPS})")
     if not (math.isfinite(voice.reference_seconds) and 0 <= voice.reference_seconds <= MAX_REFERENCE_SECONDS):
         raise VoiceError(f"{what}: invalid reference length {voice.reference_seconds!r}")
 
@@ -154,8 +158,12 @@ def read_voice_file(path: Path) -> tuple[Voice, dict[str, str]]:
     except ValueError:
         raise VoiceError(f"{what} has an invalid reference length") from None
     ref_text = meta.get("ref_text", "") if meta.get("has_ref_text") == "true" else None
+    clips = meta.get("clips", "1")
+    if not (clips.isdigit() and len(clips) <= 3):
+        raise VoiceError(f"{what} has an invalid number of reference clips")
     try:
-        voice = Voice(embedding, codes, ref_text, meta.get("name", ""), meta.get("model_variant", ""), seconds)
+        voice = Voice(embedding, codes, ref_text, meta.get("name", ""), meta.get("model_variant", ""), seconds,
+                      clips=int(clips))
     except VoiceError as e:
         raise VoiceError(f"{what}: {e}") from None
     check_voice(voice, what)
@@ -177,7 +185,7 @@ def write_voice_file(path: Path, voice: Voice, metadata: dict[str, str] | None =
     meta = {"format": VOICE_FORMAT, "version": str(VOICE_FORMAT_VERSION), "name": voice.name,
             "ref_text": voice.ref_text or "", "has_ref_text": "true" if voice.ref_text is not None else "false",
             "model_variant": voice.model_variant, "reference_seconds": repr(float(voice.reference_seconds)),
-            **(metadata or {})}
+            "clips": str(voice.clips), **(metadata or {})}
     try:
         data = save(tensors, metadata=meta)
     except SafetensorError as e:

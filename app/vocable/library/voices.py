@@ -45,6 +45,7 @@ class VoiceEntry:
     has_codes: bool      # reference codes kept (in-context cloning possible with ref_text)
     ref_text: str | None
     model_variant: str
+    clips: int = 1       # reference clips the speaker embedding averages
 
 
 def check_name(name: object) -> str:
@@ -133,6 +134,13 @@ class VoiceLibrary:
         _write(path, voice, name, _parse_created(meta, path))
         return self.entry(voice_id)
 
+    def replace(self, voice_id: str, voice: Voice) -> VoiceEntry:
+        """Stores a new version of the voice (another clip averaged in), keeping its name and date."""
+        path = self._path(voice_id)
+        _old, meta = read_voice_file(path)
+        _write(path, voice, meta.get("name") or voice_id, _parse_created(meta, path))
+        return self.entry(voice_id)
+
     def delete(self, voice_id: str) -> None:
         self._files.delete(self._path(voice_id), f"the voice {voice_id!r}")
 
@@ -189,4 +197,4 @@ class VoiceLibrary:
         voice, meta = read_voice_file(path)
         return VoiceEntry(path.stem, meta.get("name") or path.stem, path, _parse_created(meta, path),
                           float(voice.reference_seconds), voice.codes is not None, voice.ref_text,
-                          voice.model_variant)
+                          voice.model_variant, voice.clips)

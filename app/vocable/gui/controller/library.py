@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...errors import VocableError
 from .. import workers
-from ..workers import EmbedWorker
+from ..workers import EmbedWorker, FunctionWorker
 from .reference import Reference
 
 log = logging.getLogger("vocable.gui")
@@ -104,6 +104,35 @@ class LibraryActions:
     def import_voice(self, src: Path) -> None:
         if self._library_op(lambda: self.library.import_file(Path(src)), "Cannot import the voice"):
             self.status.emit(f"imported {Path(src).name}")
+
+    def add_clip_to_voice(self, voice_id: str, path: Path) -> None:
+        """Averages another recording of the speaker into a saved voice (on a worker); the clip
+        in-context cloning continues stays the voice's first."""
+        engine = self.engine
+        if engine is None:
+            self.error.emit("Cannot add the clip", "A model is needed to embed the clip: load one first.")
+            return
+
+        root = self.library.root
+
+        def work(_worker):
+            from ...audio.files import read_reference
+            from ...audio.reference import check_reference
+            from ...library.voices import VoiceLibrary
+            library = VoiceLibrary(root)  # its own: the GUI thread's is not shared
+            samples, rate, seconds = read_reference(path)
+            check = check_reference(samples, rate, trim=True, source_seconds=seconds)
+            voice = engine.add_clip(library.load(voice_id), check.samples, check.sample_rate)
+            return library.replace(voice_id, voice)
+
+        def done(entry) -> None:
+            if self.reference is not None and self.reference.library_id == voice_id:
+                self.reference.voice = self.library.load(voice_id)   # the next Generate uses the new one
+            self.library_changed.emit()
+            self.status.emit(f"'{entry.name}' now averages {entry.clips} clips")
+
+        workers.start(FunctionWorker(work, "adding a clip to the voice"), finished=done,
+                      failed=lambda message: self.error.emit("Cannot add the clip", message))
 
     def _library_op(self, op, title: str, changes: bool = True) -> bool:
         try:
