@@ -23,7 +23,7 @@ import numpy as np
 from .. import _engine
 from ..audio.files import _file_format, prepare_reference, write_audio
 from ..errors import ModelError, VocableError
-from ..library.voice import Voice
+from ..library.voice import MAX_CLIPS, Voice
 from .segments import FILE_BATCH, Segment, segment_seed, stream_frame_cap
 from .synthesis import IN_CONTEXT, X_VECTOR, Synthesis, SynthesisResult
 
@@ -142,10 +142,9 @@ class Engine:
         if voice.speaker_embedding.size != self.info["n_speaker_embd"]:
             raise VocableError(f"the voice was made with another model size ({voice.model_variant or 'unknown'}); "
                                "make it again with this model")
-        added = self.embed_voice(samples, sample_rate)
-        from ..library.voice import MAX_CLIPS
         if voice.clips >= MAX_CLIPS:
             raise VocableError(f"the voice averages {voice.clips} clips already, the most it can")
+        added = self.embed_voice(samples, sample_rate)
         n = voice.clips
         embedding = (voice.speaker_embedding.astype(np.float64) * n + added.speaker_embedding) / (n + 1)
         return Voice(embedding.astype(np.float32), voice.codes, voice.ref_text, voice.name, voice.model_variant,

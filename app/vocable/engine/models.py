@@ -219,35 +219,15 @@ class ModelStore:
             raise ModelError(f"unknown weight type {weight_type!r}; choose one of {', '.join(WEIGHT_TYPES)}")
         if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", repo_id or "") or ".." in repo_id:
             raise ModelError(f"{repo_id!r} is not a Hugging Face model name (owner/name)")
-        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-            raise ModelError("downloads are switched off (HF_HUB_OFFLINE is set); download the model folder "
-                             "elsewhere and import it")
-        endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
-        host = _check_reachable(endpoint)
-
-        def check_cancel() -> None:
-            if cancel is not None and cancel.is_set():
-                raise ConversionCancelled("download cancelled")
 
         def report(fraction: float, message: str) -> None:
             if progress is not None:
                 progress(fraction, message)
 
-        report(0.0, f"asking {host} for {repo_id}")
-        files = _list_files(repo_id, endpoint, host)
-        total = sum(size for _, size in files) or 1
-        local_dir = paths.downloads_dir() / repo_id.replace("/", "--")
-        have = sum(_local_size(local_dir / name) for name, _ in files)
-        self._check_space(total - have + int(total * _SIZE_FACTOR[weight_type]), f"download {repo_id}", local_dir)
-        done_before = 0
-        for name, size in files:
-            check_cancel()
-            _download_file(repo_id, name, local_dir, endpoint, host,
-                           lambda n, base=done_before, name=name: report(
-                               _DOWNLOAD_SHARE * min(1.0, (base + n) / total),
-                               f"downloading {name} ({(base + n) / 2**20:.0f} of {total / 2**20:.0f} MiB)"),
-                           cancel)
-            done_before += size
+        local_dir = self._fetch(repo_id, _DOWNLOAD_FILES, "config.json", "a Qwen3-TTS model repository",
+                                lambda total, have: total - have + int(total * _SIZE_FACTOR[weight_type]),
+                                lambda fraction, message: report(_DOWNLOAD_SHARE * fraction, message), cancel,
+                                "; download the model folder elsewhere and import it")
         report(_DOWNLOAD_SHARE, f"downloaded {repo_id}")
         entry = self.import_hf_folder(
             local_dir, weight_type,
@@ -264,27 +244,9 @@ class ModelStore:
         if name not in WHISPER_REPOS:
             raise ModelError(f"unknown Whisper model '{name}'; choose one of {', '.join(WHISPER_REPOS)}")
         repo_id = WHISPER_REPOS[name]
-        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-            raise ModelError("downloads are switched off (HF_HUB_OFFLINE is set)")
-        endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
-        host = _check_reachable(endpoint)
         report = progress or (lambda fraction, message: None)
-        report(0.0, f"asking {host} for {repo_id}")
-        files = _list_files(repo_id, endpoint, host, _WHISPER_FILES, "model.bin", "a faster-whisper model repository")
-        total = sum(size for _, size in files) or 1
-        local_dir = paths.downloads_dir() / repo_id.replace("/", "--")
-        have = sum(_local_size(local_dir / f) for f, _ in files)
-        self._check_space(2 * (total - have), f"download {repo_id}", local_dir)
-        done_before = 0
-        for file_name, size in files:
-            if cancel is not None and cancel.is_set():
-                raise ConversionCancelled("download cancelled")
-            _download_file(repo_id, file_name, local_dir, endpoint, host,
-                           lambda n, base=done_before, f=file_name: report(
-                               min(1.0, (base + n) / total),
-                               f"downloading {f} ({(base + n) / 2**20:.0f} of {total / 2**20:.0f} MiB)"),
-                           cancel)
-            done_before += size
+        local_dir = self._fetch(repo_id, _WHISPER_FILES, "model.bin", "a faster-whisper model repository",
+                                lambda total, have: 2 * (total - have), report, cancel)
         dest = paths.whisper_dir() / name
         partial = dest.with_name(dest.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -297,6 +259,34 @@ class ModelStore:
         return dest
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _fetch(self, repo_id: str, wanted: re.Pattern, required: str, kind: str,
+               space_needed: Callable[[int, int], int], report: ProgressFn, cancel: threading.Event | None,
+               offline_advice: str = "") -> Path:
+        """The files of a Hugging Face repository that `wanted` matches, into its folder in
+        paths.downloads_dir() (resuming what is there), reporting fractions 0 to 1. Offline, it
+        fails within seconds; `space_needed(total, have)` bytes must be free first."""
+        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+            raise ModelError("downloads are switched off (HF_HUB_OFFLINE is set)" + offline_advice)
+        endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+        host = _check_reachable(endpoint)
+        report(0.0, f"asking {host} for {repo_id}")
+        files = _list_files(repo_id, endpoint, host, wanted, required, kind)
+        total = sum(size for _, size in files) or 1
+        local_dir = paths.downloads_dir() / repo_id.replace("/", "--")
+        have = sum(_local_size(local_dir / name) for name, _ in files)
+        self._check_space(space_needed(total, have), f"download {repo_id}", local_dir)
+        done_before = 0
+        for name, size in files:
+            if cancel is not None and cancel.is_set():
+                raise ConversionCancelled("download cancelled")
+            _download_file(repo_id, name, local_dir, endpoint, host,
+                           lambda n, base=done_before, name=name: report(
+                               min(1.0, (base + n) / total),
+                               f"downloading {name} ({(base + n) / 2**20:.0f} of {total / 2**20:.0f} MiB)"),
+                           cancel)
+            done_before += size
+        return local_dir
 
     def _unique(self, name: str) -> Path:
         name = re.sub(r"[^\w.+-]+", "-", name).lstrip(".") or "model" + SUFFIX
@@ -376,8 +366,8 @@ def _hub_error(e: Exception, repo_id: str, host: str) -> ModelError:
     return ModelError(f"cannot download {repo_id} from {host}: {text[:300]}")
 
 
-def _list_files(repo_id: str, endpoint: str, host: str, wanted: re.Pattern = _DOWNLOAD_FILES,
-                required: str = "config.json", kind: str = "a Qwen3-TTS model repository") -> list[tuple[str, int]]:
+def _list_files(repo_id: str, endpoint: str, host: str, wanted: re.Pattern, required: str,
+                kind: str) -> list[tuple[str, int]]:
     """(path, size) of the files `wanted` matches; ModelError when `required` is not among them."""
     from huggingface_hub import HfApi
 

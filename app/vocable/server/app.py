@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..audio.encoding import FORMATS, MEDIA_TYPES, aac_available
+from ..audio.encoding import MEDIA_TYPES, aac_available
 from ..audio.tempo import MAX_SPEED, MIN_SPEED
 from ..errors import VocableError
 from ..library.voices import VoiceEntry, VoiceLibrary
@@ -168,6 +168,14 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
         if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), config.api_key.encode()):
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
 
+    async def take_turn():
+        """A turn at the engine, or 429 with Retry-After when the line is full."""
+        try:
+            return await gate.enter()
+        except QueueFull as e:
+            raise ApiError(429, str(e), code="queue_full", kind="rate_limit_error",
+                           headers={"Retry-After": str(e.retry_after)}) from None
+
     def current_engine():
         engine = engine_source()
         if engine is None:
@@ -222,11 +230,7 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
         data = await file.read(config.max_upload_bytes + 1)
         if len(data) > config.max_upload_bytes:
             raise ApiError(413, f"the clip is over {config.max_upload_bytes} bytes", "file", "file_too_large")
-        try:
-            ticket = await gate.enter()
-        except QueueFull as e:
-            raise ApiError(429, str(e), code="queue_full", kind="rate_limit_error",
-                           headers={"Retry-After": str(e.retry_after)}) from None
+        ticket = await take_turn()
         try:
             entry = await anyio.to_thread.run_sync(_embed_and_save, engine, library, data, suffix, name, transcript)
         except VocableError as e:
@@ -252,11 +256,7 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
                                 "flac, wav or pcm", "response_format", "unsupported_format")
         wanted = request.voice if isinstance(request.voice, str) else request.voice.id
         entry = _find_voice(await anyio.to_thread.run_sync(library.entries), wanted)
-        try:
-            ticket = await gate.enter()
-        except QueueFull as e:
-            raise ApiError(429, str(e), code="queue_full", kind="rate_limit_error",
-                           headers={"Retry-After": str(e.retry_after)}) from None
+        ticket = await take_turn()
         started = time.perf_counter()
         body = None
         try:
@@ -315,4 +315,4 @@ def _start_speech(engine, library: VoiceLibrary, entry: VoiceEntry, request: Spe
     return body
 
 
-__all__ = ["FORMATS", "ApiError", "ServerConfig", "create_app"]
+__all__ = ["ApiError", "ServerConfig", "create_app"]

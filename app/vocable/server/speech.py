@@ -51,8 +51,7 @@ class SpeechBody:
                 chunk = next(self._chunks, None)
             if chunk is None:
                 self._ended = True
-                data = self._encoder.finish() if self._stretch.speed == 1.0 else \
-                    self._encoder.feed(self._stretch.finish()) + self._encoder.finish()
+                data = self._encoder.feed(self._stretch.finish()) + self._encoder.finish()
                 return self._event(data) + (self._done_event() if self.sse else b"")
             self.audio_seconds += chunk.audio.size / self.synthesis.sample_rate
             return self._event(self._encoder.feed(self._stretch.feed(chunk.audio)))

@@ -5,6 +5,7 @@ through the same model task as the TTS model's (progress, cancel, a clear offlin
 from __future__ import annotations
 
 import logging
+import threading
 
 from .. import workers
 from ..workers import FunctionWorker
@@ -16,14 +17,16 @@ class SpeechRecognitionActions:
     """The controller's Whisper model (loaded once, on a worker) and what it is used for."""
 
     _transcriber = None
+    _transcriber_lock = threading.Lock()   # a transcription and a check may ask for it at once
 
     def _load_transcriber(self):
         """The Whisper model, loaded at first use (on a worker thread)."""
         from ...asr.transcriber import Transcriber, find_whisper_model
         path = find_whisper_model(self.settings.whisper_model)
-        if self._transcriber is None or self._transcriber.model_dir != path:
-            self._transcriber = Transcriber(path, self.settings.threads)
-        return self._transcriber
+        with self._transcriber_lock:
+            if self._transcriber is None or self._transcriber.model_dir != path:
+                self._transcriber = Transcriber(path, self.settings.threads)
+            return self._transcriber
 
     def transcribe_reference(self) -> None:
         """Fills in the transcript of the reference clip (and says its language)."""
