@@ -182,7 +182,7 @@ def test_drop_generate_and_save(qtbot, home, model, open_window, tmp_path, monke
     assert w.speak.generate_button.isEnabled() and not w.speak.stop_button.isEnabled()
     assert w.history.list.count() == 1
 
-    for ext in ("wav", "flac", "ogg", "mp3"):
+    for ext in ("wav", "flac", "ogg", "opus", "mp3"):
         out = tmp_path / f"speech.{ext}"
         answer_save(monkeypatch, out)
         w.result.save_button.click()
@@ -218,6 +218,45 @@ def test_speak_a_long_text_into_a_file(qtbot, home, model, open_window, tmp_path
     generate(qtbot, w, text, seed=9)   # one segment after the other, played
     np.testing.assert_array_equal(w.c.result.audio, batched.audio)
     np.testing.assert_array_equal(w.c.result.codes, batched.codes)
+
+
+def test_a_text_with_headings_is_saved_as_chapters(qtbot, home, model, open_window, tmp_path, monkeypatch):
+    """Headings start chapters: the result offers Chapters… (one file each), Save as… an M4B
+    with the chapter marks, and the history keeps them for a later export."""
+    av = pytest.importorskip("av", reason="M4B needs PyAV (vocable[aac])")
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    generate(qtbot, w, "# The Start\nHello there.\n\n# The End\nGood night.", seed=4)
+    spans = w.c.result.chapters
+    assert [c.title for c in spans] == ["The Start", "The End"]
+    assert w.result.chapters_button.isVisible() and w.save_chapters_action.isEnabled()
+    assert "2 chapters" in w.result.info.text()
+
+    answer_save(monkeypatch, tmp_path / "story.flac")
+    w.result.chapters_button.click()
+    files = sorted((tmp_path / "story").iterdir())
+    assert [f.name for f in files] == ["01 The Start.flac", "02 The End.flac"]
+    assert [sf.info(str(f)).frames for f in files] == [c.end - c.start for c in spans]
+
+    def m4b_chapters(path):
+        with av.open(str(path)) as container:
+            return [(m["metadata"]["title"], float(m["start"] * m["time_base"])) for m in container.chapters()]
+
+    answer_save(monkeypatch, tmp_path / "story.m4b")
+    w.result.save_button.click()
+    expected = [("The Start", 0), ("The End", pytest.approx(spans[1].start / 24000, abs=1e-3))]  # in ms
+    assert m4b_chapters(tmp_path / "story.m4b") == expected
+
+    entry_id = w.c.history.entries()[0].id
+    w.c.show_history(entry_id, play=False)
+    assert w.c.result_chapters == spans and w.result.chapters_button.isVisible()
+    answer_save(monkeypatch, tmp_path / "again.m4b")
+    w.export_history(entry_id)
+    assert m4b_chapters(tmp_path / "again.m4b") == expected
+
+    generate(qtbot, w, "No headings here.", seed=4)
+    assert not w.result.chapters_button.isVisible() and not w.save_chapters_action.isEnabled()
 
 
 def test_the_reference_is_embedded_while_the_user_types(qtbot, home, model, open_window, monkeypatch):

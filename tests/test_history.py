@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from vocable.audio.export import ChapterSpan
 from vocable.audio.files import read_audio, write_audio
 from vocable.errors import AudioError
 from vocable.library.history import History, HistoryError
@@ -65,7 +66,7 @@ def test_stereo_column_and_loud_audio_are_kept():
     assert audio.max() == pytest.approx(1.0, abs=1e-6) and audio.min() == pytest.approx(-1.0, abs=1e-6)
 
 
-@pytest.mark.parametrize("suffix", [".wav", ".flac", ".ogg", ".mp3"])
+@pytest.mark.parametrize("suffix", [".wav", ".flac", ".ogg", ".opus", ".mp3"])
 def test_export_in_every_format(tmp_path, suffix):
     history = History()
     entry = history.add("Export me.", "v", {}, speech(2.0), RATE)
@@ -79,7 +80,7 @@ def test_export_in_every_format(tmp_path, suffix):
     assert rate == RATE
     x = data[:, 0]
     ref = speech(2.0)
-    lossy = suffix in (".ogg", ".mp3")
+    lossy = suffix in (".ogg", ".opus", ".mp3")
     assert abs(x.size - ref.size) < 0.05 * ref.size
     # a lossy codec may shift the audio (encoder delay, unless the decoder removes it): best lag
     lags = range(-2000, 2001) if lossy else [0]
@@ -153,6 +154,30 @@ def test_damaged_entries_are_skipped(caplog):
     broken_audio.audio_path.write_bytes(b"not flac")
     with pytest.raises(HistoryError, match="cannot be read"):
         history.load_audio(broken_audio.id)
+
+
+def test_chapters_are_kept_and_exported(tmp_path):
+    history = History()
+    spans = (ChapterSpan("One", 0, 30000), ChapterSpan("Two", 30000, 48000))
+    entry = history.add("# One\nA.\n# Two\nB.", "v", {}, speech(2.0), RATE, spans)
+    assert History().entry(entry.id).chapters == spans
+    files = history.export_chapters(entry.id, tmp_path / "book", ".ogg")
+    assert [f.name for f in files] == ["01 One.ogg", "02 Two.ogg"]
+    plain = history.add("No chapters.", "v", {}, speech(), RATE, (ChapterSpan("", 0, 36000),))
+    assert plain.chapters == ()
+    with pytest.raises(HistoryError, match="no chapters"):
+        history.export_chapters(plain.id, tmp_path / "none", ".wav")
+
+
+@pytest.mark.parametrize("chapters", ["x", [["a", 0]], [["a", 0, 10**9]], [["a", 100, 50]], [[1, 0, 10]],
+                                      [["a", 0, 30000], ["b", 20000, 48000]], [["a", True, 10]], [None] * 10_001])
+def test_damaged_chapters_skip_the_entry(chapters):
+    history = History()
+    entry = history.add("x", "v", {}, speech(2.0), RATE)
+    path = history.root / f"{entry.id}.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "chapters": chapters}))
+    with pytest.raises(HistoryError, match="'chapters' is invalid"):
+        history.entry(entry.id)
 
 
 def test_orphaned_audio_from_a_crash_is_removed_later():

@@ -196,11 +196,14 @@ class _ProgressLine:
 
 def _cmd_say(args) -> int:
     from .engine import Engine
-    from .audio.files import _file_format, write_audio
+    from .audio.export import check_output, save_speech, write_chapter_files
     from .library.voice import Voice
 
     out = Path(args.out)
-    _file_format(out)
+    if args.split_chapters and out.suffix.lower() == ".m4b":
+        raise VocableError("--split-chapters writes a file per chapter: give --out a .wav, .flac, .ogg, .opus or "
+                           ".mp3 name (an .m4b holds its chapters in one file)")
+    check_output(out)
     text = _read_text(args)
     voice = Voice.load(args.voice) if args.voice else None
     ref = _checked_reference(args.ref) if args.ref else None
@@ -229,7 +232,11 @@ def _cmd_say(args) -> int:
                         if player is not None:
                             player.write(chunk)
                     result = stream.result()
-            write_audio(out, result.audio, result.sample_rate)
+            if args.split_chapters:
+                written = write_chapter_files(out.with_suffix(""), result.audio, result.sample_rate, result.chapters,
+                                              out.suffix)
+            else:
+                written = [save_speech(out, result.audio, result.sample_rate, result.chapters, voice.name)]
             if player is not None:
                 player.finish()
                 player.wait()
@@ -237,11 +244,13 @@ def _cmd_say(args) -> int:
             if player is not None:
                 player.stop()
         checked = _check_result(args, engine, voice, text, result) if args.check else None
-    print(f"{out}: {result.seconds:.2f} s of audio at {result.sample_rate} Hz in {result.wall_time:.2f} s "
+    where = str(written[0]) if len(written) == 1 else f"{len(written)} files in {written[0].parent}"
+    print(f"{where}: {result.seconds:.2f} s of audio at {result.sample_rate} Hz in {result.wall_time:.2f} s "
           f"(first audio after {result.time_to_first_audio:.2f} s, real-time factor {result.real_time_factor:.2f}); "
           f"{result.mode} ({result.mode_reason}), seed {result.seed}"
           + ("" if result.reached_eos or result.runaway else ", stopped at the frame cap")
-          + (f", {len(result.segments)} segments" if len(result.segments) > 1 else ""), file=sys.stderr)
+          + (f", {len(result.segments)} segments" if len(result.segments) > 1 else "")
+          + (f", {len(result.chapters)} chapters" if len(result.chapters) > 1 else ""), file=sys.stderr)
     if result.runaway:
         print(f"warning: {runaway.summary(result.runaway)}", file=sys.stderr)
     if player is not None:
@@ -389,7 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     t = s.add_mutually_exclusive_group(required=True)
     t.add_argument("--text", help="what to say")
     t.add_argument("--text-file", help="UTF-8 file with what to say ('-': standard input)")
-    s.add_argument("--out", required=True, help="audio file to write: .wav, .flac, .ogg or .mp3")
+    s.add_argument("--out", required=True, help="audio file to write: .wav, .flac, .ogg, .opus or .mp3, or .m4b (an "
+                   "audiobook with the text's chapters marked; needs PyAV). Markdown headings ('# Title') in the "
+                   "text start chapters")
+    s.add_argument("--split-chapters", action="store_true", help="write one file per chapter instead, into a folder "
+                   "named after --out (book.mp3: book/01 Title.mp3, ...)")
     s.add_argument("--play", action="store_true", help="play the speech as it is generated")
     s.add_argument("--check", action="store_true", help="transcribe the result and compare it with the text (word "
                    "error rate) and the voice (speaker similarity); exit status 3 when it is flagged")

@@ -24,7 +24,9 @@ MAX_CHANNELS = 64
 MAX_DECODED_BYTES = 1 << 30
 # Output files by extension: soundfile format and subtype.
 FILE_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS"),
-                ".mp3": ("MP3", "MPEG_LAYER_III")}
+                ".opus": ("OGG", "OPUS"), ".mp3": ("MP3", "MPEG_LAYER_III")}
+# Opus encodes only these rates (libsndfile would fail with "Unspecified internal error")
+OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
 
 def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
@@ -81,7 +83,7 @@ def _read(path: Path, max_seconds: float | None) -> tuple[np.ndarray, int, float
 
 def write_audio(path: str | os.PathLike, samples: np.ndarray, sample_rate: int, subtype: str | None = None) -> Path:
     """Writes audio (float [n] mono or [n, channels], in -1..1) as WAV or FLAC (16 bit), OGG
-    Vorbis or MP3, by the file extension; atomically (a temporary file renamed into place).
+    Vorbis, Opus (in Ogg) or MP3, by the file extension; atomically (a temporary file renamed into place).
     `subtype` overrides the format's default sample encoding (say "PCM_24" for FLAC).
     MP3 needs libsndfile 1.1 or newer; without it this raises an AudioError that says so."""
     import soundfile as sf
@@ -100,15 +102,20 @@ def write_audio(path: str | os.PathLike, samples: np.ndarray, sample_rate: int, 
         raise AudioError(f"cannot write {path.name}: the audio has NaN or infinite samples")
     if not (isinstance(sample_rate, (int, np.integer)) and MIN_RATE <= int(sample_rate) <= MAX_RATE):
         raise AudioError(f"cannot write {path.name}: unsupported sample rate {sample_rate!r} Hz")
-    if fmt not in sf.available_formats():
+    subtype = subtype or default_subtype
+    if fmt not in sf.available_formats() or subtype not in sf.available_subtypes(fmt):
         raise AudioError(f"cannot write {path.name}: this libsndfile ({sf.__libsndfile_version__}) cannot write "
-                         f"{fmt} files (MP3 needs libsndfile 1.1 or newer); save as WAV, FLAC or OGG instead")
+                         f"{path.suffix.lstrip('.').upper()} files (MP3 needs libsndfile 1.1 or newer, Opus 1.0.29); "
+                         "save as WAV, FLAC or OGG instead")
+    if subtype == "OPUS" and int(sample_rate) not in OPUS_RATES:
+        raise AudioError(f"cannot write {path.name}: Opus takes {', '.join(map(str, OPUS_RATES))} Hz audio, "
+                         f"not {int(sample_rate)} Hz")
     x = np.clip(x, -1.0, 1.0)  # integer and lossy encoders would wrap or distort beyond full scale
     # Encoded in memory, then written by Python: libsndfile reports a failed write as "System
     # error." without its cause, and its OGG writer ignores one (a full disk gave a cut file).
     encoded = io.BytesIO()
     try:
-        sf.write(encoded, x, int(sample_rate), format=fmt, subtype=subtype or default_subtype)
+        sf.write(encoded, x, int(sample_rate), format=fmt, subtype=subtype)
     except (sf.LibsndfileError, RuntimeError, ValueError, TypeError) as e:
         raise AudioError(f"cannot write {path}: {_describe(e)}") from e
     try:

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import _engine
-from ..audio.files import _file_format, prepare_reference, write_audio
+from ..audio.export import check_output, save_speech
+from ..audio.files import prepare_reference
 from ..errors import ModelError, VocableError
 from ..library.voice import MAX_CLIPS, Voice
 from .segments import FILE_BATCH, Segment, segment_seed, stream_frame_cap
@@ -168,7 +169,9 @@ class Engine:
         used (x-vector). `greedy` (or temperature 0) picks the most likely codes; a seed makes a
         sampled run reproducible (a random one is drawn and reported when None).
 
-        A text longer than `max_segment_units` (sentences.MAX_SEGMENT_UNITS, about 20 s of speech) is
+        Markdown headings ("# Title") divide the text into chapters (chapters.split_chapters):
+        each heading is spoken as a sentence, and SynthesisResult.chapters says where each
+        chapter's audio lies. A text longer than `max_segment_units` (sentences.MAX_SEGMENT_UNITS, about 20 s of speech) is
         split at sentence boundaries into segments spoken one after the other in the same
         stream, in the same voice; segment i samples with a seed derived from (seed, i).
         `max_frames` is the frame cap of each segment (the model can run on without ending).
@@ -186,6 +189,7 @@ class Engine:
         every weight read, so a long text takes less time in all (see README, Speed), with the
         same audio and codes as one by one; but a segment's audio is handed over only once those
         before it are complete, so the first audio comes no sooner. For files, not for playback."""
+        from .chapters import split_chapters
         from .sentences import MAX_SEGMENT_UNITS, split_for_synthesis
 
         started = time.perf_counter()
@@ -201,14 +205,16 @@ class Engine:
             raise ValueError("max_frames must be at least 1")
         if not 1 <= batch <= _engine.MAX_BATCH:
             raise ValueError(f"batch must be 1 to {_engine.MAX_BATCH}")
-        texts = split_for_synthesis(text, max_segment_units or MAX_SEGMENT_UNITS)
+        chapters = split_chapters(text)
+        texts = [(part, c) for c, chapter in enumerate(chapters)
+                 for part in split_for_synthesis(chapter.text, max_segment_units or MAX_SEGMENT_UNITS)]
         if seed is None:
             seed = secrets.randbits(63)
         seed = int(seed)
         if not 0 <= seed < 2 ** 64:
             raise ValueError("seed must be in [0, 2**64)")
-        segments = [Segment(t, np.asarray(self.tokenizer.target_prompt(t).ids, dtype=np.int32), segment_seed(seed, i))
-                    for i, t in enumerate(texts)]
+        segments = [Segment(t, np.asarray(self.tokenizer.target_prompt(t).ids, dtype=np.int32), segment_seed(seed, i), c)
+                    for i, (t, c) in enumerate(texts)]
         transcript = ref_text if ref_text is not None and ref_text.strip() else voice.ref_text
         ref_codes = ref_ids = None
         if voice.codes is not None and transcript:
@@ -231,18 +237,19 @@ class Engine:
         self._ctx.model_info()  # raises ValueError("...closed") now rather than in the stream
         return Synthesis(self, segments, voice, language, ref_codes, ref_ids, mode, reason, seed, talker, predictor,
                          max_frames, stream_frame_cap(text), started,
-                         watchdog if watchdog is not None else max_frames is None, batch)
+                         watchdog if watchdog is not None else max_frames is None, batch,
+                         tuple(chapter.title for chapter in chapters))
 
     def synthesize_to_file(self, text: str, voice: Voice, path: str | os.PathLike, language: str = "auto",
                            ref_text: str | None = None, **kwargs) -> SynthesisResult:
-        """Speaks `text` into an audio file: WAV or FLAC (16 bit), OGG Vorbis or MP3, by its
-        extension. Takes synthesize()'s keyword arguments; returns its SynthesisResult. A long
+        """Speaks `text` into an audio file: WAV or FLAC (16 bit), OGG Vorbis, Opus, MP3, or an
+        M4B audiobook with the text's chapters marked (with PyAV), by its extension. Takes synthesize()'s keyword arguments; returns its SynthesisResult. A long
         text's segments generate FILE_BATCH at a time unless `batch` says otherwise."""
-        _file_format(Path(path))  # before the work: a wrong name fails at once
+        check_output(path)  # before the work: a wrong name fails at once
         kwargs.setdefault("batch", FILE_BATCH)
         with self.synthesize(text, voice, language, ref_text, **kwargs) as stream:
             result = stream.result()
-        write_audio(path, result.audio, result.sample_rate)
+        save_speech(path, result.audio, result.sample_rate, result.chapters, voice.name)
         return result
 
     def decode(self, codes: np.ndarray, chunk_frames: int | None = None) -> np.ndarray:

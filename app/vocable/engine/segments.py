@@ -37,10 +37,12 @@ FILE_BATCH = 4
 
 @dataclass
 class Segment:
-    """One request of a stream: a segment's text, its prompt ids and its seed."""
+    """One request of a stream: a segment's text, its prompt ids, its seed and the index of the
+    text's chapter (chapters.split_chapters) it belongs to."""
     text: str
     ids: np.ndarray      # int32 prompt ids
     seed: int
+    chapter: int = 0
 
 
 def stream_frame_cap(text: str) -> int:

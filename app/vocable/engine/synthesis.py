@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from .. import _engine
+from ..audio.export import ChapterSpan
 from ..errors import SynthesisCancelled
 from ..library.voice import Voice
 from .batch import BatchedSegments
@@ -53,6 +54,9 @@ class SynthesisResult:
     time_to_first_audio: float = 0.0    # seconds
     wall_time: float = 0.0              # seconds
     runaway: tuple[RunawayStop, ...] = ()   # segments the watchdog stopped (runaway.py), in order
+    # where each chapter of the text (chapters.split_chapters) lies in `audio`, in order; one
+    # untitled chapter for a text without headings
+    chapters: tuple[ChapterSpan, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -127,9 +131,10 @@ class Synthesis:
     def __init__(self, engine: "Engine", segments: list[Segment], voice: Voice, language: str,
                  ref_codes: np.ndarray | None, ref_ids: np.ndarray | None, mode: str, reason: str, seed: int,
                  talker: dict, predictor: dict, max_frames: int | None, stream_cap: int, started: float,
-                 watchdog: bool, batch: int = 1):
+                 watchdog: bool, batch: int = 1, chapter_titles: tuple[str, ...] = ("",)):
         self._engine = engine
         self._segments = segments
+        self._chapter_titles = chapter_titles
         self._voice = voice
         self._language = language
         self._ref_codes, self._ref_ids = ref_codes, ref_ids
@@ -272,6 +277,17 @@ class Synthesis:
         self._emit(joiner.end(), codes[:0], frames_before + codes.shape[0], index)
         return codes, bool(eos), watch.stop if watch is not None else None
 
+    def _chapter_spans(self, total: int) -> tuple[ChapterSpan, ...]:
+        """Each chapter from the first sample of its first segment's audio to the next chapter's
+        start; a chapter the stream's cap left unspoken is empty, at the end."""
+        starts = [total] * len(self._chapter_titles)
+        for chunk in reversed(self._chunks):
+            starts[self._segments[chunk.segment].chapter] = chunk.first_sample
+        for c in range(len(starts) - 2, -1, -1):
+            starts[c] = min(starts[c], starts[c + 1])
+        ends = starts[1:] + [total]
+        return tuple(ChapterSpan(title, start, end) for title, start, end in zip(self._chapter_titles, starts, ends))
+
     def _cap(self, seg: "Segment", frames_before: int) -> int:
         """The frame cap of a segment spoken after `frames_before` frames of the stream."""
         return self._max_frames or min(_engine.default_max_frames(seg.ids.size), self._stream_cap - frames_before)
@@ -323,7 +339,7 @@ class Synthesis:
             now = time.perf_counter()
             result = SynthesisResult(codes, self.mode, self.mode_reason, eos_all, self.seed, audio, self.sample_rate,
                                      self.segments, (self._first_audio or now) - self._started, now - self._started,
-                                     tuple(stops))
+                                     tuple(stops), self._chapter_spans(audio.size))
             # as the caller sees it (the engine's own [Perf] lines time each request inside)
             log.info("[Perf] stream: %.2f s of audio (%d frames, %d segment(s)%s) %.2f s after the call, first audio "
                      "after %.0f ms, real-time factor %.3f", result.seconds, codes.shape[0], len(self._segments),

@@ -21,8 +21,11 @@ from .sidebar import HistoryPanel, LibraryPanel
 log = logging.getLogger("vocable.gui")
 
 AUDIO_FILTER = "Audio files (*.wav *.flac *.ogg *.oga *.opus *.mp3 *.aif *.aiff);;All files (*)"
-SAVE_FILTERS = {"wav": "WAV audio (*.wav)", "flac": "FLAC audio (*.flac)", "ogg": "Ogg Vorbis audio (*.ogg)",
-                "mp3": "MP3 audio (*.mp3)"}
+_FILTERS = {"wav": "WAV audio (*.wav)", "flac": "FLAC audio (*.flac)", "ogg": "Ogg Vorbis audio (*.ogg)",
+            "opus": "Opus audio (*.opus)", "mp3": "MP3 audio (*.mp3)",
+            "m4b": "M4B audiobook, chapters marked (*.m4b)"}
+SAVE_FILTERS = {ext: text for ext, text in _FILTERS.items() if ext in EXPORT_FORMATS}
+CHAPTER_FILTERS = {ext: text for ext, text in SAVE_FILTERS.items() if ext != "m4b"}
 VOICE_FILTER = "Vocable voices (*.safetensors);;All files (*)"
 
 
@@ -149,6 +152,8 @@ class MainWindow(QMainWindow):
         self.reference.open_requested.connect(self.open_reference)
         self.reference.save_voice_requested.connect(self.save_voice)
         self.result.save_requested.connect(self.save_result)
+        self.result.save_chapters_requested.connect(self.save_chapters)
+        self.c.result_ready.connect(lambda _: self._generating(self.c.is_generating))
         self.library.save_requested.connect(self.save_voice)
         self.library.rename_requested.connect(self.rename_voice)
         self.library.delete_requested.connect(self.delete_voice)
@@ -176,6 +181,7 @@ class MainWindow(QMainWindow):
         m = self.menuBar().addMenu("&File")
         action(m, "&Open reference audio…", self.open_reference, QKeySequence.Open)
         self.save_action = action(m, "&Save result as…", self.save_result, QKeySequence.Save)
+        self.save_chapters_action = action(m, "Save c&hapters as files…", self.save_chapters)
         self.speak_to_file_action = action(m, "Speak into a &file…", self.speak_to_file, "Ctrl+Shift+S")
         m.addSeparator()
         action(m, "&Import voice…", self.import_voice)
@@ -209,6 +215,7 @@ class MainWindow(QMainWindow):
     def _generating(self, on: bool) -> None:
         self.speak.generate_button.setEnabled(not on and self.c.has_model)
         self.save_action.setEnabled(not on)
+        self.save_chapters_action.setEnabled(not on and len(self.c.result_chapters) > 1)
         self.speak_to_file_action.setEnabled(not on)
 
     def show_error(self, title: str, message: str) -> None:
@@ -230,9 +237,7 @@ class MainWindow(QMainWindow):
         if self.c.is_generating or self.stack.currentWidget() is not self.main_page:
             return
         params = self.speak.parameters()
-        name = "_".join(params["text"].split()[:6]) or "speech"
-        name = "".join(ch for ch in name if ch.isalnum() or ch in "_-")[:60] or "speech"
-        start = str(self.c.default_export_dir() / f"{name}.wav")
+        start = str(self.c.default_export_dir() / f"{_file_stem(params['text'])}.wav")
         path, chosen = QFileDialog.getSaveFileName(self, "Speak into a file", start, ";;".join(SAVE_FILTERS.values()))
         if path:
             self.messages.hide()
@@ -247,13 +252,21 @@ class MainWindow(QMainWindow):
     def save_result(self) -> None:
         if self.c.result_player.samples.size == 0 or self.c.is_generating:
             return
-        name = "_".join(self.c.result_text.split()[:6]) or "speech"
-        name = "".join(ch for ch in name if ch.isalnum() or ch in "_-")[:60] or "speech"
-        start = str(self.c.default_export_dir() / f"{name}.wav")
+        start = str(self.c.default_export_dir() / f"{_file_stem(self.c.result_text)}.wav")
         path, chosen = QFileDialog.getSaveFileName(self, "Save the speech", start, ";;".join(SAVE_FILTERS.values()))
         if path:
             path = _with_suffix(path, chosen)
             self.c.save_result(Path(path))
+
+    def save_chapters(self) -> None:
+        """Each chapter into its own file: the name chosen is the folder's, its type the files'."""
+        if self.c.result_player.samples.size == 0 or self.c.is_generating:
+            return
+        start = str(self.c.default_export_dir() / f"{_file_stem(self.c.result_text)}.mp3")
+        path, chosen = QFileDialog.getSaveFileName(self, "Save each chapter (into a folder of this name)", start,
+                                                   ";;".join(CHAPTER_FILTERS.values()))
+        if path:
+            self.c.save_chapters(Path(_with_suffix(path, chosen, CHAPTER_FILTERS)))
 
     def save_voice(self) -> None:
         if self.c.reference is None:
@@ -384,11 +397,17 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-def _with_suffix(path: str, chosen_filter: str) -> str:
-    """Adds the chosen filter's extension when the name has none of the export formats."""
-    if Path(path).suffix.lower().lstrip(".") in EXPORT_FORMATS:
+def _file_stem(text: str) -> str:
+    """A file name from the first words of a text."""
+    name = "_".join(text.split()[:6]) or "speech"
+    return "".join(ch for ch in name if ch.isalnum() or ch in "_-")[:60] or "speech"
+
+
+def _with_suffix(path: str, chosen_filter: str, filters: dict[str, str] = SAVE_FILTERS) -> str:
+    """Adds the chosen filter's extension when the name has none of the formats offered."""
+    if Path(path).suffix.lower().lstrip(".") in filters:
         return path
-    for ext, text in SAVE_FILTERS.items():
+    for ext, text in filters.items():
         if text == chosen_filter:
             return path + "." + ext
     return path + ".wav"

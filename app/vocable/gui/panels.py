@@ -8,7 +8,7 @@ from PySide6.QtGui import QRegularExpressionValidator
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
                                QLineEdit, QPlainTextEdit, QPushButton, QSizePolicy, QSpinBox, QVBoxLayout, QWidget)
 
-from .controller import Controller
+from .controller import EXPORT_FORMATS, Controller
 from .level_meter import LevelMeter
 from .waveform import WaveformPlayer, format_time
 
@@ -334,6 +334,7 @@ class ResultPanel(QGroupBox):
     """The generated (or replayed) audio: waveform, play/pause/seek, save."""
 
     save_requested = Signal()
+    save_chapters_requested = Signal()
 
     def __init__(self, controller: Controller, parent: QWidget | None = None):
         super().__init__("Result", parent)
@@ -342,8 +343,12 @@ class ResultPanel(QGroupBox):
         self.wave.set_placeholder("The speech appears here as it is generated.")
         self.save_button = QPushButton("Sa&ve as…")
         self.save_button.setAccessibleName("Save the result as an audio file")
-        self.save_button.setToolTip("Save as WAV, FLAC, OGG or MP3 (Ctrl+S)")
+        self.save_button.setToolTip("Save as " + ", ".join(f.upper() for f in EXPORT_FORMATS) + " (Ctrl+S)")
         self.save_button.setEnabled(False)
+        self.chapters_button = QPushButton("C&hapters…")
+        self.chapters_button.setAccessibleName("Save each chapter of the result as its own audio file")
+        self.chapters_button.setToolTip("The text's headings (“# Title”) start chapters: save one file per chapter")
+        self.chapters_button.hide()
         self.info = QLabel("")
         self.info.setWordWrap(True)
         self.info.setAccessibleName("Result details")
@@ -353,12 +358,14 @@ class ResultPanel(QGroupBox):
         self.check.hide()
         row = QHBoxLayout()
         row.addWidget(self.info, 1)
+        row.addWidget(self.chapters_button)
         row.addWidget(self.save_button)
         layout = QVBoxLayout(self)
         layout.addWidget(self.wave)
         layout.addLayout(row)
         layout.addWidget(self.check)
         self.save_button.clicked.connect(self.save_requested)
+        self.chapters_button.clicked.connect(self.save_chapters_requested)
         controller.result_ready.connect(self._result)
         controller.result_checked.connect(self._checked)
         controller.generating.connect(lambda on: self._result(controller.result))
@@ -376,9 +383,13 @@ class ResultPanel(QGroupBox):
         if result is None or self.c.is_generating:
             self.check.hide()
         player = self.c.result_player
-        self.save_button.setEnabled(player.samples.size > 0 and not player.streaming and not self.c.is_generating)
+        saveable = player.samples.size > 0 and not player.streaming and not self.c.is_generating
+        self.save_button.setEnabled(saveable)
+        chapters = len(self.c.result_chapters)
+        self.chapters_button.setVisible(saveable and chapters > 1)
         if result is not None:
-            self.info.setText(f"{result.seconds:.1f} s, {result.mode} ({result.mode_reason}), seed {result.seed}")
+            self.info.setText(f"{result.seconds:.1f} s, {result.mode} ({result.mode_reason}), seed {result.seed}"
+                              + (f", {chapters} chapters" if chapters > 1 else ""))
         elif self.c.result_history_id is not None and not self.c.is_generating:
             self.info.setText(f"From the history: “{self.c.result_text[:80]}”")
         else:

@@ -335,8 +335,8 @@ class SynthesisWorker(Worker):
         if player is not None:
             player.finish()
         if req.out_path is not None:
-            from ..audio.files import write_audio
-            write_audio(req.out_path, result.audio, result.sample_rate)
+            from ..audio.export import save_speech
+            save_speech(req.out_path, result.audio, result.sample_rate, result.chapters, req.voice_name)
         self.stats.emit(self._stats(stream, done=True))
         return result
 

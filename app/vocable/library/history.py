@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from . import paths
-from ..audio.files import _file_format, read_audio, write_audio
+from ..audio.export import ChapterSpan, check_output, save_speech, write_chapter_files
+from ..audio.files import read_audio, write_audio
 from ..errors import AudioError, VocableError
 from ..store import FileFolder, atomic_write_text
 from ..untrusted import parse_json
@@ -37,6 +38,7 @@ FORMAT = "vocable-history"
 FORMAT_VERSION = 1
 MAX_JSON_BYTES = 4 << 20
 MAX_TEXT_CHARS = 1_000_000
+MAX_CHAPTERS = 10_000
 _ID = re.compile(r"^\d{8}-\d{6}-\d{6}-[0-9a-f]{6}$")
 
 
@@ -54,6 +56,7 @@ class HistoryEntry:
     seconds: float
     sample_rate: int
     audio_path: Path     # FLAC in the history folder
+    chapters: tuple[ChapterSpan, ...] = ()   # of a text with headings (Engine.synthesize), else none
 
 
 def _json_safe(value, depth: int = 0):
@@ -87,9 +90,11 @@ class History:
         self.root = self._files.root
         self._remove_orphans()
 
-    def add(self, text: str, voice_name: str, settings: dict, audio: np.ndarray, sample_rate: int) -> HistoryEntry:
-        """Keeps a generation; returns its entry. AudioError for unusable audio, HistoryError
-        when it cannot be written (nothing is left behind then)."""
+    def add(self, text: str, voice_name: str, settings: dict, audio: np.ndarray, sample_rate: int,
+            chapters: tuple[ChapterSpan, ...] = ()) -> HistoryEntry:
+        """Keeps a generation, with its chapters where the text had several; returns its entry.
+        AudioError for unusable audio, HistoryError when it cannot be written (nothing is left
+        behind then)."""
         if not isinstance(text, str) or not isinstance(voice_name, str):
             raise HistoryError("the text and the voice name must be strings")
         if settings is not None and not isinstance(settings, dict):
@@ -109,6 +114,8 @@ class History:
         record = {"format": FORMAT, "version": FORMAT_VERSION, "id": entry_id, "text": text,
                   "voice_name": voice_name, "settings": settings, "created": created.isoformat(),
                   "seconds": x.size / float(sample_rate), "sample_rate": int(sample_rate), "audio": audio_path.name}
+        if len(chapters) > 1:
+            record["chapters"] = [[c.title, int(c.start), int(c.end)] for c in chapters[:MAX_CHAPTERS]]
         json_path = self.root / f"{entry_id}.json"
         try:
             atomic_write_text(json_path, json.dumps(record, ensure_ascii=False, indent=1))
@@ -139,15 +146,24 @@ class History:
 
     def export(self, entry_id: str, dest: Path) -> Path:
         """Writes the entry's audio to `dest`, in the format of its extension (.wav, .flac,
-        .ogg, .mp3); a folder gets `<text>-<id>.wav`. Returns the file written."""
+        .ogg, .opus, .mp3, or .m4b with its chapters marked); a folder gets `<text>-<id>.wav`.
+        Returns the file written."""
         entry = self.entry(entry_id)
         dest = Path(dest)
         if dest.is_dir():
             from .voices import slug
             dest = dest / f"{slug(entry.text, 40) or 'speech'}-{entry.id}.wav"
-        _file_format(dest)  # a wrong extension or folder fails before the audio is read
+        check_output(dest)  # a wrong extension or folder fails before the audio is read
         samples, rate = self.load_audio(entry_id)
-        return write_audio(dest, samples, rate)
+        return save_speech(dest, samples, rate, entry.chapters, entry.voice_name)
+
+    def export_chapters(self, entry_id: str, folder: Path, suffix: str) -> list[Path]:
+        """One file per chapter of the entry (see audio.export.write_chapter_files)."""
+        entry = self.entry(entry_id)
+        if len(entry.chapters) < 2:
+            raise HistoryError("this history entry has no chapters (its text had no headings)")
+        samples, rate = self.load_audio(entry_id)
+        return write_chapter_files(folder, samples, rate, entry.chapters, suffix)
 
     def delete(self, entry_id: str) -> None:
         self._files.delete(self._json_path(entry_id), f"the entry {entry_id!r}")
@@ -199,7 +215,9 @@ class History:
         if not audio_path.is_file():
             raise HistoryError(f"{name}: its audio {audio_path.name} is missing")
         return HistoryEntry(path.stem, record["text"], record["voice_name"], record["settings"], created,
-                            float(record["seconds"]), record["sample_rate"], audio_path)
+                            float(record["seconds"]), record["sample_rate"], audio_path,
+                            _chapters(name, record.get("chapters", []),
+                                      round(record["seconds"] * record["sample_rate"])))
 
     def _remove_orphans(self, older_than: float = 3600.0) -> None:
         """Removes audio whose entry was never completed (a crash between the two writes)."""
@@ -210,3 +228,18 @@ class History:
                     with contextlib.suppress(OSError):
                         if now - flac.stat().st_mtime > older_than:
                             flac.unlink()
+
+
+def _chapters(name: str, value, samples: int) -> tuple[ChapterSpan, ...]:
+    """An entry's chapters as written by add(): [title, start, end] in order within its audio."""
+    if not isinstance(value, list) or len(value) > MAX_CHAPTERS:
+        raise HistoryError(f"{name}: 'chapters' is invalid")
+    spans, previous_end = [], 0
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in item[1:])
+                and previous_end <= item[1] <= item[2] <= samples):
+            raise HistoryError(f"{name}: 'chapters' is invalid")
+        spans.append(ChapterSpan(item[0][:1000], item[1], item[2]))
+        previous_end = item[2]
+    return tuple(spans)

@@ -90,6 +90,7 @@ class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelAction
         self.transcript = ""
         self.result = None                          # SynthesisResult of the last generation
         self.result_text = ""
+        self.result_chapters = ()                   # ChapterSpan of the shown result, when its text had headings
         self.result_history_id: str | None = None   # set when the result view shows a history entry
         self.reference_player = ClipPlayer(self)
         self.result_player = ClipPlayer(self)

@@ -167,6 +167,7 @@ class LibraryActions:
         self.result = None
         self.result_history_id = entry_id
         self.result_text = entry.text if entry else ""
+        self.result_chapters = entry.chapters if entry else ()
         self.result_player.set_clip(samples, rate)
         self.result_ready.emit(None)
         if entry is not None:

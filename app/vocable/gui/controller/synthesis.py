@@ -15,7 +15,14 @@ from .reference import Reference
 
 log = logging.getLogger("vocable.gui")
 
-EXPORT_FORMATS = ("wav", "flac", "ogg", "mp3")
+
+def export_formats() -> tuple[str, ...]:
+    """The extensions the result can be saved as here: M4B only where PyAV is installed."""
+    from ...audio.export import output_suffixes
+    return tuple(suffix.lstrip(".") for suffix in output_suffixes())
+
+
+EXPORT_FORMATS = export_formats()
 
 
 class SynthesisActions:
@@ -50,9 +57,9 @@ class SynthesisActions:
             return False
         from ...engine import FILE_BATCH
         if to_file is not None:
-            from ...audio.files import _file_format
+            from ...audio.export import check_output
             try:
-                _file_format(Path(to_file))
+                check_output(Path(to_file))
             except VocableError as e:
                 self.error.emit("Cannot speak into that file", str(e))
                 return False
@@ -77,6 +84,7 @@ class SynthesisActions:
         self.result = None
         self.result_text = text
         self.result_history_id = None
+        self.result_chapters = ()
         self.result_player.begin_stream(self.engine.sample_rate)
         self.result_ready.emit(None)
         worker = SynthesisWorker(self.engine, request)
@@ -140,6 +148,7 @@ class SynthesisActions:
         self._synthesis = None
         self._check_the_device_kept()
         self.result = result
+        self.result_chapters = result.chapters if len(result.chapters) > 1 else ()
         self.result_player.end_stream(result.audio)
         summary = (f"{result.seconds:.1f} s of audio in {result.wall_time:.1f} s: first audio after "
                    f"{result.time_to_first_audio:.2f} s, real-time factor {result.real_time_factor:.2f}; "
@@ -150,7 +159,8 @@ class SynthesisActions:
         settings = dict(worker.request.settings, seed=result.seed, mode=result.mode, mode_reason=result.mode_reason)
         voice_name = worker.request.voice_name
         try:
-            entry = self.history.add(worker.request.text, voice_name, settings, result.audio, result.sample_rate)
+            entry = self.history.add(worker.request.text, voice_name, settings, result.audio, result.sample_rate,
+                                     result.chapters)
             self.result_history_id = entry.id
             self.history_changed.emit()
         except Exception as e:
@@ -185,21 +195,56 @@ class SynthesisActions:
             self.error.emit("Generation failed", message)
 
     def save_result(self, path: Path) -> Path | None:
-        """Writes the shown result (WAV, FLAC, OGG or MP3 by the extension)."""
-        from ...audio.files import write_audio
-        samples, rate = self.result_player.samples, self.result_player.sample_rate
-        if samples.size == 0 or self.result_player.streaming:
-            self.error.emit("Nothing to save", "Generate something first.")
+        """Writes the shown result by the extension (EXPORT_FORMATS): an M4B marks its chapters."""
+        from ...audio.export import save_speech
+        samples, rate = self._result_audio()
+        if samples is None:
             return None
         try:
-            out = write_audio(Path(path), samples, rate)
+            out = save_speech(Path(path), samples, rate, self.result_chapters, self._result_voice_name())
         except VocableError as e:
             self.error.emit("Cannot save the audio", str(e))
             return None
-        self.settings.export_dir = str(Path(path).parent)
-        self._save_settings()
-        self.status.emit(f"saved {out}")
+        self._saved_into(Path(path).parent, f"saved {out}")
         return Path(out)
+
+    def save_chapters(self, path: Path) -> list[Path]:
+        """Writes each chapter of the shown result to its own file, in the format of `path`'s
+        extension, into the folder `path` names without it (book.mp3: book/01 Title.mp3, ...)."""
+        from ...audio.export import write_chapter_files
+        samples, rate = self._result_audio()
+        if samples is None:
+            return []
+        if len(self.result_chapters) < 2:
+            self.error.emit("No chapters", "The text had no headings: start each chapter with a line like "
+                            "“# Chapter One”.")
+            return []
+        path = Path(path)
+        try:
+            files = write_chapter_files(path.with_suffix(""), samples, rate, self.result_chapters, path.suffix)
+        except VocableError as e:
+            self.error.emit("Cannot save the chapters", str(e))
+            return []
+        self._saved_into(path.parent, f"saved {len(files)} chapters in {files[0].parent}")
+        return files
+
+    def _result_audio(self):
+        samples, rate = self.result_player.samples, self.result_player.sample_rate
+        if samples.size == 0 or self.result_player.streaming:
+            self.error.emit("Nothing to save", "Generate something first.")
+            return None, rate
+        return samples, rate
+
+    def _result_voice_name(self) -> str:
+        if self.result_history_id is not None:
+            entry = next((e for e in self.history_entries() if e.id == self.result_history_id), None)
+            return entry.voice_name if entry else ""
+        return self._synthesis_reference.name if self._synthesis_reference is not None else ""
+
+    def _saved_into(self, folder: Path, message: str) -> None:
+        self.settings.export_dir = str(folder)
+        self._save_settings()
+        self.status.emit(message)
 
     def default_export_dir(self) -> Path:
         d = self.settings.export_dir
