@@ -8,6 +8,7 @@ its wheels. One file per chapter works in any format, and everywhere.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import tempfile
@@ -37,8 +38,9 @@ class ChapterSpan:
 
 
 def output_suffixes() -> tuple[str, ...]:
-    """The file extensions a synthesis can be saved as here (M4B only with PyAV)."""
-    return tuple(FILE_FORMATS) + ((M4B,) if aac_available() else ())
+    """The file extensions a synthesis can be saved as here (M4B only with PyAV, looked up
+    without importing it: the app's start should not wait for FFmpeg's libraries)."""
+    return tuple(FILE_FORMATS) + ((M4B,) if importlib.util.find_spec("av") is not None else ())
 
 
 def check_output(path: str | os.PathLike) -> None:
