@@ -44,11 +44,29 @@ def test_a_text_without_headings_is_one_untitled_chapter():
     assert split_chapters(text) == [Chapter("", text)]
 
 
+def test_headings_in_fenced_code_and_windows_line_ends():
+    text = ("Intro, long enough to stand alone.\r\n```sh\r\n# a comment in code\r\n```\r\n"
+            "## Two ##\r\nThe second chapter's words.\r\n#\r\n")
+    assert split_chapters(text) == [
+        Chapter("", "Intro, long enough to stand alone.\n```sh\n# a comment in code\n```"),
+        Chapter("Two", "Two.\n\nThe second chapter's words."),
+    ]
+
+
+def test_chapters_too_short_to_speak_alone_join_the_next():
+    assert split_chapters("# Part One\n# Chapter 1\nIt was a dark and stormy night.\n# End") == [
+        Chapter("Part One – Chapter 1 – End", "Part One.\n\nChapter 1.\n\nIt was a dark and stormy night.\n\nEnd."),
+    ]
+    assert split_chapters("# A\n# B") == [Chapter("A – B", "A.\n\nB.")]
+
+
 def test_chapter_file_names_sort_and_are_safe():
     assert chapter_file_name(2, 12, "The Storm", ".mp3") == "03 The Storm.mp3"
     assert chapter_file_name(0, 150, 'a/b\\c: "d"?', ".wav") == "001 a b c d.wav"
     assert chapter_file_name(0, 3, "", ".flac") == "01.flac"
     assert chapter_file_name(0, 3, "...", ".flac") == "01.flac"
+    long = chapter_file_name(0, 3, "章" * 100, ".flac")   # 300 bytes of title: cut to whole characters
+    assert len(long.encode()) <= 130 and long == "01 " + "章" * 40 + ".flac"
 
 
 CHAPTERED = "# One\nThe first part is short.\n\n# Two\nThe second part, a little longer than that."
@@ -82,6 +100,18 @@ def test_one_file_per_chapter_holds_the_audio(tmp_path):
         write_chapter_files(tmp_path / "x", audio, 24000, spans, ".m4a")
     with pytest.raises(AudioError, match="cannot make the folder"):
         write_chapter_files(tmp_path / "missing" / "book", audio, 24000, spans, ".wav")
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(AudioError, match="it is a file, not a folder"):
+        write_chapter_files(tmp_path / "taken", audio, 24000, spans, ".wav")
+
+
+def test_a_failed_chapter_leaves_none_behind(tmp_path):
+    audio = np.linspace(-0.5, 0.5, 3000, dtype=np.float32)
+    audio[2500] = np.nan   # the second chapter cannot be written
+    with pytest.raises(AudioError, match="NaN"):
+        write_chapter_files(tmp_path / "book", audio, 24000, [ChapterSpan("a", 0, 1000), ChapterSpan("b", 1000, 3000)],
+                            ".flac")
+    assert list((tmp_path / "book").iterdir()) == []
 
 
 def test_opus_files_round_trip(tmp_path):
@@ -106,18 +136,20 @@ def test_an_m4b_has_the_chapter_marks(tmp_path):
     rate = 24000
     audio = (0.3 * np.sin(2 * np.pi * 200 * np.arange(3 * rate) / rate)).astype(np.float32)
     spans = [ChapterSpan("", 0, rate), ChapterSpan("The Storm", rate, 3 * rate)]
-    path = save_speech(tmp_path / "book.m4b", audio, rate, spans, title="A book")
+    path = save_speech(tmp_path / "A book.m4b", audio, rate, spans, voice="Grandma")
     with av.open(str(path)) as container:
         marks = container.chapters()
-        assert container.metadata.get("title") == "A book"
+        assert container.metadata.get("title") == "A book" and container.metadata.get("artist") == "Grandma"
         decoded = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
     assert [m["metadata"]["title"] for m in marks] == ["Opening", "The Storm"]
     assert [(float(m["start"] * m["time_base"]), float(m["end"] * m["time_base"])) for m in marks] == [(0, 1), (1, 3)]
     assert abs(decoded.size - audio.size) <= 2048
-    assert not list(tmp_path.glob("*.part"))
     with pytest.raises(AudioError, match="NaN"):
         write_m4b(tmp_path / "bad.m4b", np.full(100, np.nan, np.float32), rate)
-    assert not (tmp_path / "bad.m4b").exists() and not list(tmp_path.glob("*.part"))
+    # an encoder failure midway (a sample rate AAC cannot take) leaves nothing behind either
+    with pytest.raises(AudioError, match="cannot write"):
+        write_m4b(tmp_path / "odd.m4b", audio, 1234, spans)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["A book.m4b"]
     with pytest.raises(AudioError, match="does not exist"):
         check_output(tmp_path / "nowhere" / "book.m4b")
 
@@ -140,6 +172,10 @@ def test_the_cli_speaks_a_book_into_an_m4b_and_chapter_files(converted, cli_env,
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "book").iterdir()) == ["01 One.mp3", "02 Two.mp3"]
     assert not (tmp_path / "book.mp3").exists()
+    proc = subprocess.run(common[:-8] + ["--text", "No headings at all.", "--seed", "2", "--max-frames", "6",
+                                         "--out", str(tmp_path / "plain.wav"), "--split-chapters"],
+                          env=cli_env, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode != 0 and "the text has no chapters" in proc.stderr, proc.stderr
     for name in ("01 One.mp3", "02 Two.mp3"):
         samples, rate = read_audio(tmp_path / "book" / name)
         assert rate == 24000 and samples.shape[0] > 0

@@ -245,7 +245,7 @@ def test_a_text_with_headings_is_saved_as_chapters(qtbot, home, model, open_wind
 
     answer_save(monkeypatch, tmp_path / "story.m4b")
     w.result.save_button.click()
-    expected = [("The Start", 0), ("The End", pytest.approx(spans[1].start / 24000, abs=1e-3))]  # in ms
+    expected = [("The Start", 0), ("The End", pytest.approx(spans[1].start / 24000, abs=1e-3))]  # marks in ms
     assert m4b_chapters(tmp_path / "story.m4b") == expected
 
     entry_id = w.c.history.entries()[0].id

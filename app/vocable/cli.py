@@ -196,15 +196,22 @@ class _ProgressLine:
 
 def _cmd_say(args) -> int:
     from .engine import Engine
-    from .audio.export import check_output, save_speech, write_chapter_files
+    from .audio.export import check_chapter_output, check_output, save_speech, spoken_chapters, write_chapter_files
+    from .engine.chapters import split_chapters
     from .library.voice import Voice
 
     out = Path(args.out)
     if args.split_chapters and out.suffix.lower() == ".m4b":
         raise VocableError("--split-chapters writes a file per chapter: give --out a .wav, .flac, .ogg, .opus or "
                            ".mp3 name (an .m4b holds its chapters in one file)")
-    check_output(out)
+    if args.split_chapters:
+        check_chapter_output(out.with_suffix(""), out.suffix)
+    else:
+        check_output(out)
     text = _read_text(args)
+    if args.split_chapters and len(split_chapters(text)) < 2:
+        raise VocableError("--split-chapters: the text has no chapters; start each one with a heading line such as "
+                           "'# Chapter One'")
     voice = Voice.load(args.voice) if args.voice else None
     ref = _checked_reference(args.ref) if args.ref else None
     with Engine(args.model, threads=args.threads, device=args.device) as engine:
@@ -250,7 +257,8 @@ def _cmd_say(args) -> int:
           f"{result.mode} ({result.mode_reason}), seed {result.seed}"
           + ("" if result.reached_eos or result.runaway else ", stopped at the frame cap")
           + (f", {len(result.segments)} segments" if len(result.segments) > 1 else "")
-          + (f", {len(result.chapters)} chapters" if len(result.chapters) > 1 else ""), file=sys.stderr)
+          + (f", {len(spoken)} chapters" if len(spoken := spoken_chapters(result.chapters)) > 1 else ""),
+          file=sys.stderr)
     if result.runaway:
         print(f"warning: {runaway.summary(result.runaway)}", file=sys.stderr)
     if player is not None:

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from . import paths
-from ..audio.export import ChapterSpan, check_output, save_speech, write_chapter_files
-from ..audio.files import read_audio, write_audio
+from ..audio.export import ChapterSpan, check_output, save_speech, spoken_chapters, write_chapter_files
+from ..audio.files import MAX_RATE, MIN_RATE, read_audio, write_audio
 from ..errors import AudioError, VocableError
 from ..store import FileFolder, atomic_write_text
 from ..untrusted import parse_json
@@ -106,25 +106,39 @@ class History:
             x = x[:, 0]
         if x.ndim != 1 or x.size == 0:
             raise AudioError(f"no audio to keep (shape {list(x.shape)})")
+        if not (isinstance(sample_rate, (int, np.integer)) and MIN_RATE <= int(sample_rate) <= MAX_RATE):
+            raise AudioError(f"cannot keep the audio: unsupported sample rate {sample_rate!r} Hz")
         created = datetime.now(timezone.utc)
         entry_id = f"{created:%Y%m%d-%H%M%S-%f}-{secrets.token_hex(3)}"
         audio_path = self.root / f"{entry_id}.flac"
         settings = _json_safe(dict(settings or {}))
-        write_audio(audio_path, x, sample_rate, subtype="PCM_24")  # checks the samples and the rate
         record = {"format": FORMAT, "version": FORMAT_VERSION, "id": entry_id, "text": text,
                   "voice_name": voice_name, "settings": settings, "created": created.isoformat(),
                   "seconds": x.size / float(sample_rate), "sample_rate": int(sample_rate), "audio": audio_path.name}
-        if len(chapters) > 1:
-            record["chapters"] = [[c.title, int(c.start), int(c.end)] for c in chapters[:MAX_CHAPTERS]]
+        spoken = spoken_chapters(chapters)[:MAX_CHAPTERS]
+        if len(spoken) > 1:
+            record["chapters"] = [[c.title, int(c.start), int(c.end)] for c in spoken]
+        encoded = json.dumps(record, ensure_ascii=False, indent=1)
+        if len(encoded.encode("utf-8")) > MAX_JSON_BYTES and "chapters" in record:
+            # many long headings: the marks are kept, their titles not (the text still has them)
+            record["chapters"] = [["", start, end] for _, start, end in record["chapters"]]
+            encoded = json.dumps(record, ensure_ascii=False, indent=1)
+        if len(encoded.encode("utf-8")) > MAX_JSON_BYTES:
+            raise HistoryError("this generation's text and settings are too large to keep in the history")
+        write_audio(audio_path, x, sample_rate, subtype="PCM_24")  # checks the samples and the rate
         json_path = self.root / f"{entry_id}.json"
         try:
-            atomic_write_text(json_path, json.dumps(record, ensure_ascii=False, indent=1))
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                audio_path.unlink()
+            atomic_write_text(json_path, encoded)
+            entry = self._read(json_path)
+        except (OSError, HistoryError) as e:
+            for path in (json_path, audio_path):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            if isinstance(e, HistoryError):
+                raise
             raise HistoryError(f"cannot write the history entry {json_path}: {e.strerror or e}") from e
         log.info("history: kept %s (%.1f s)", entry_id, record["seconds"])
-        return self._read(json_path)
+        return entry
 
     def entries(self) -> list[HistoryEntry]:
         """Every entry, newest first; unreadable ones are skipped and logged."""

@@ -10,6 +10,7 @@ from ...errors import VocableError
 from .. import workers
 from ..workers import EmbedWorker, FunctionWorker
 from .reference import Reference
+from .synthesis import _several
 
 log = logging.getLogger("vocable.gui")
 
@@ -167,7 +168,7 @@ class LibraryActions:
         self.result = None
         self.result_history_id = entry_id
         self.result_text = entry.text if entry else ""
-        self.result_chapters = entry.chapters if entry else ()
+        self.result_chapters = _several(entry.chapters) if entry else ()
         self.result_player.set_clip(samples, rate)
         self.result_ready.emit(None)
         if entry is not None:

@@ -16,6 +16,13 @@ from .reference import Reference
 log = logging.getLogger("vocable.gui")
 
 
+def _several(chapters) -> tuple:
+    """The chapters with audio, where there are at least two: what can be saved as chapters."""
+    from ...audio.export import spoken_chapters
+    spoken = spoken_chapters(chapters)
+    return spoken if len(spoken) > 1 else ()
+
+
 def export_formats() -> tuple[str, ...]:
     """The extensions the result can be saved as here: M4B only where PyAV is installed."""
     from ...audio.export import output_suffixes
@@ -148,7 +155,7 @@ class SynthesisActions:
         self._synthesis = None
         self._check_the_device_kept()
         self.result = result
-        self.result_chapters = result.chapters if len(result.chapters) > 1 else ()
+        self.result_chapters = _several(result.chapters)
         self.result_player.end_stream(result.audio)
         summary = (f"{result.seconds:.1f} s of audio in {result.wall_time:.1f} s: first audio after "
                    f"{result.time_to_first_audio:.2f} s, real-time factor {result.real_time_factor:.2f}; "
