@@ -83,9 +83,9 @@ def test_a_machine_without_a_vulkan_loader_gets_the_cpu_and_the_reason(tmp_path)
     assert "libggml-vulkan.so: " in out["notes"] and "libvulkan.so.1" in out["notes"], out
 
 
-# The whole engine with the talker and the code predictor on the device, against the CPU, over the
-# fixture's 19 reference frames: the codes, the streamed audio against the codes decoded at once
-# (x-vector: no reference codes prime the decoder), and the audio of both engines.
+# The whole engine with the talker, the code predictor and the codec decoder on the device, against
+# the CPU, over the fixture's 19 reference frames: the codes, the streamed audio against the codes
+# decoded at once (x-vector: no reference codes prime the decoder), and the audio of both engines.
 SYNTHESIZE_ON = r"""
 import json, sys
 import numpy as np
@@ -106,12 +106,11 @@ with Engine(model, threads=2) as cpu, Engine(model, threads=2, device=device) as
         runs_by_mode[mode] = d[0]
         same = [bool(np.array_equal(x, y)) for x, y in zip(c[0], d[0])]
         whole = dev.decode(d[0])
-        noise = np.sum((whole - d[1]) ** 2)
+        cos = lambda a, b: float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))) if a.size == b.size else 0.0
         out[mode] = {"mode": d[3], "frames": [int(c[0].shape[0]), int(d[0].shape[0])], "frames_identical": same,
                      "first_different": same.index(False) if False in same else None,
                      "stream_is_result": bool(np.array_equal(d[1], d[2])),
-                     "decode_snr_db": float(10 * np.log10(np.sum(whole ** 2) / noise)) if noise > 0 else 1e9,
-                     "audio_identical": bool(np.array_equal(c[2], d[2]))}
+                     "stream_vs_decode_cosine": cos(whole, d[1]), "audio_cosine": cos(c[2], d[2])}
     again = {}
     for mode, voice in (("x-vector", Voice(embedding)), ("in-context", Voice(embedding, codes, ref_text))):
         with dev.synthesize(text, voice, "english", greedy=True, max_frames=int(frames)) as stream:
@@ -122,9 +121,10 @@ print(json.dumps(out))
 
 
 def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
-    """Both clone modes: every frame's greedy codes and the audio identical to the CPU's, the
-    streamed chunks equal to the result. Each mode runs twice on the device: a request's states
-    are made and freed per request."""
+    """Both clone modes: every frame's greedy codes identical to the CPU's and the audio (decoded
+    on the device too) at cosine >= 0.999 of it, the streamed chunks equal to the result, and
+    the codes decoded at once (in other chunks) at cosine >= 0.999 of the stream. Each mode runs
+    twice on the device: a request's states are made and freed per request."""
     needs_vulkan_module()
     needs_lavapipe(computing=True)
     m = manifest("0.6b")
@@ -138,10 +138,10 @@ def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
     assert out["device"] == "vulkan:0" and out["fallback"] == "", out
     icl, xvec = out["in-context"], out["x-vector"]
     assert icl["mode"] == "in-context" and icl["frames"] == [frames, frames], icl
-    assert all(icl["frames_identical"]) and icl["audio_identical"] and icl["stream_is_result"], icl
+    assert all(icl["frames_identical"]) and icl["audio_cosine"] >= 0.999 and icl["stream_is_result"], icl
     assert xvec["mode"] == "x-vector" and xvec["frames"] == [frames, frames], xvec
-    assert all(xvec["frames_identical"]) and xvec["audio_identical"] and xvec["stream_is_result"], xvec
-    assert xvec["decode_snr_db"] >= 80, xvec
+    assert all(xvec["frames_identical"]) and xvec["audio_cosine"] >= 0.999 and xvec["stream_is_result"], xvec
+    assert xvec["stream_vs_decode_cosine"] >= 0.999, xvec
     assert out["repeat_identical"], out
 
 

@@ -71,7 +71,7 @@ packed_weight codec_decoder::packed_rows(const uint16_t * rows, int64_t k, int64
 }
 
 packed_weight codec_decoder::pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n) {
-    if (w->type != GGML_TYPE_F16 || !ggml_is_contiguous(w) || ggml_nelements(w) != k * n ||
+    if (w->type != GGML_TYPE_F16 || !ggml_is_contiguous(w) || ggml_nelements(w) != k * n || !cpu_kernels_ ||
         !packed_weights_supported()) {
         packed_weight p;
         p.plain = w;
@@ -93,6 +93,9 @@ void codec_decoder::pack_conv(model_loader & ml, conv & c) {
 }
 
 void codec_decoder::to_winograd(model_loader & ml, conv & c) {
+    if (!cpu_kernels_) {
+        return;  // a device convolves the stored taps with ggml's products
+    }
     const int64_t c_out = c.w->ne[2];
     const std::vector<float> u = winograd_weights(tensor_f32(c.w), c.c_in, c_out);
     ml.release(c.w);
@@ -140,7 +143,7 @@ codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::str
             }
         }
     }
-    if (w->type == GGML_TYPE_F16 && packed_weights_supported()) {
+    if (w->type == GGML_TYPE_F16 && cpu_kernels_ && packed_weights_supported()) {
         // the phases' rows, (C_in * m) values for each of the stride * C_out outputs
         t.phases.packed = packed_rows(reinterpret_cast<const uint16_t *>(dst.data()), c_in * m, int64_t(stride) * c_out);
     } else {
@@ -170,8 +173,10 @@ codec_decoder::snake codec_decoder::load_snake(model_loader & ml, const std::str
     return s;
 }
 
-void codec_decoder::load(model_loader & ml) {
+void codec_decoder::load(model_loader & ml, const compute_backend * device) {
     const std::string & path = ml.path();
+    cpu_kernels_ = device == nullptr;
+    derived_type_ = device ? ggml_backend_get_default_buffer_type(device->get()) : ggml_backend_cpu_buffer_type();
     static_cast<codec_hparams &>(hp_) = read_codec_hparams(ml, QT_CODEC_DECODER, QT_KEY_CDEC_NORM_EPS, "codec decoder");
     hp_.latent_dim = ml.get_size(QT_KEY_CDEC_LATENT_DIM);
     hp_.decoder_dim = ml.get_size(QT_KEY_CDEC_DECODER_DIM);
@@ -328,7 +333,7 @@ void codec_decoder::load(model_loader & ml) {
 }
 
 void codec_decoder::derive_weights(model_loader & ml) {
-    derived_buf_.reset(ggml_backend_alloc_ctx_tensors_from_buft(derived_ctx_.get(), ggml_backend_cpu_buffer_type()));
+    derived_buf_.reset(ggml_backend_alloc_ctx_tensors_from_buft(derived_ctx_.get(), derived_type_));
     if (!derived_buf_) {
         throw error(QT_STATUS_OUT_OF_MEMORY, format("not enough memory for the codec decoder of %s", ml.path().c_str()));
     }
@@ -352,21 +357,30 @@ codec_stream::codec_stream(const codec_decoder & decoder) : dec_(decoder) {
     }
 }
 
-std::vector<float> codec_stream::decode(const cpu_backend & backend, const stage_dumper & dumper,
+void codec_decoder::reserve(const compute_backend & backend, int64_t max_chunk) const {
+    codec_stream               stream(*this);
+    const std::vector<int32_t> codes(size_t(max_chunk * hp_.n_quantizers), 0);
+    do {
+        stream.decode(backend, no_dumps(), codes.data(), max_chunk);
+    } while (stream.n_cached_ < hp_.sliding_window - 1);
+    stream.decode(backend, no_dumps(), codes.data(), max_chunk);  // with the cache full
+}
+
+std::vector<float> codec_stream::decode(const compute_backend & backend, const stage_dumper & dumper,
                                         const int32_t * codes, int64_t n_frames) {
     const bool first = !decoded_audio_;
     decoded_audio_ = true;
     return run(backend, first ? dumper : no_dumps(), codes, n_frames, true);
 }
 
-void codec_stream::prime(const cpu_backend & backend, const int32_t * codes, int64_t n_frames) {
+void codec_stream::prime(const compute_backend & backend, const int32_t * codes, int64_t n_frames) {
     if (frames_ != 0) {
         throw error(QT_STATUS_FAILED, "codec decoder: only a fresh stream can be primed");
     }
     run(backend, no_dumps(), codes, n_frames, false);
 }
 
-std::vector<float> codec_stream::run(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
+std::vector<float> codec_stream::run(const compute_backend & backend, const stage_dumper & dumper, const int32_t * codes,
                                      int64_t T, bool audio) {
     std::vector<float> latent = transform(backend, dumper, codes, T);
     const int64_t      L = dec_.hp_.latent_dim;
@@ -437,7 +451,7 @@ ggml_tensor * codec_stream::causal(history_io & io, const Conv & c, ggml_tensor 
     return conv1d(io.run.ctx(), all, c.w, c.b, 1, c.dilation, residual);
 }
 
-std::vector<float> codec_stream::transform(const cpu_backend & backend, const stage_dumper & dumper,
+std::vector<float> codec_stream::transform(const compute_backend & backend, const stage_dumper & dumper,
                                            const int32_t * codes, int64_t T) {
     const codec_decoder &         d = dec_;
     const codec_decoder_hparams & hp = d.hp_;
@@ -453,12 +467,12 @@ std::vector<float> codec_stream::transform(const cpu_backend & backend, const st
             by_book[size_t(q * T + t)] = std::max(codes[t * Q + q], 0);  // upstream maps padding (-1) to 0
         }
     }
-    ggml_tensor * ids = run.input_i32("codes", by_book.data(), { T, Q });
     auto group = [&](int q0, int q1, ggml_tensor * proj) {
         ggml_tensor * sum = nullptr;
         for (int q = q0; q < q1; ++q) {
-            ggml_tensor * e = ggml_get_rows(ctx, d.codebooks_[size_t(q)],
-                                            ggml_view_1d(ctx, ids, T, size_t(q) * T * sizeof(int32_t)));
+            // an input per codebook: ggml-vulkan's get_rows takes no offset into its indices
+            ggml_tensor * ids = run.input_i32("codes", by_book.data() + size_t(q) * size_t(T), { T });
+            ggml_tensor * e = ggml_get_rows(ctx, d.codebooks_[size_t(q)], ids);
             sum = sum ? ggml_add(ctx, sum, e) : e;
         }
         return dense(ctx, ggml_reshape_2d(ctx, proj, proj->ne[0], proj->ne[2]), sum);
@@ -535,7 +549,7 @@ std::vector<float> codec_stream::transform(const cpu_backend & backend, const st
     return run.read_f32(h);
 }
 
-std::vector<float> codec_stream::convolve(const cpu_backend & backend, const stage_dumper & dumper,
+std::vector<float> codec_stream::convolve(const compute_backend & backend, const stage_dumper & dumper,
                                           const float * latent, int64_t T) {
     const codec_decoder & d = dec_;
     graph_run             run(backend, dumper, 16384);

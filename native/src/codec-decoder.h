@@ -8,6 +8,10 @@
 // frames, each causal convolution's last inputs), and decoding in chunks of any width gives the
 // audio of one pass over all frames. Recomputing a left context instead (upstream decodes 300
 // frames with 25 of context) costs that context per chunk and still only approximates it.
+//
+// On the CPU the products run through the engine's own kernels (weights packed or Winograd-
+// transformed at load); a decoder loaded for a device keeps the weights as stored, in the
+// device's memory, for graphs of ggml's standard ops.
 #pragma once
 
 #include "codec-hparams.h"
@@ -40,26 +44,27 @@ public:
     int64_t frames() const { return frames_; }
 
     // Decodes the next n_frames frames ([n_frames * n_quantizers], frame-major) and returns their
-    // n_frames * frame_samples samples. Dumps the stages of the stream's first decoded chunk.
-    std::vector<float> decode(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
+    // n_frames * frame_samples samples, on `backend`: the CPU, or the device the stream's decoder
+    // was loaded for. Dumps the stages of the stream's first decoded chunk.
+    std::vector<float> decode(const compute_backend & backend, const stage_dumper & dumper, const int32_t * codes,
                               int64_t n_frames);
 
     // Advances the state over frames whose audio is not wanted (in-context mode's reference):
     // the transformer sees all of them, the convolutions only the last receptive_frames(),
     // which is all their state depends on.
-    void prime(const cpu_backend & backend, const int32_t * codes, int64_t n_frames);
+    void prime(const compute_backend & backend, const int32_t * codes, int64_t n_frames);
 
 private:
     friend class codec_decoder;
     struct history_io;
 
-    std::vector<float> run(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
+    std::vector<float> run(const compute_backend & backend, const stage_dumper & dumper, const int32_t * codes,
                            int64_t n_frames, bool audio);
     // The codebooks, pre-conv and transformer over a chunk: its latent frames (latent_dim, T).
-    std::vector<float> transform(const cpu_backend & backend, const stage_dumper & dumper, const int32_t * codes,
+    std::vector<float> transform(const compute_backend & backend, const stage_dumper & dumper, const int32_t * codes,
                                  int64_t n_frames);
     // The convolutions from latent frames (latent_dim, T) to T * frame_samples samples.
-    std::vector<float> convolve(const cpu_backend & backend, const stage_dumper & dumper, const float * latent,
+    std::vector<float> convolve(const compute_backend & backend, const stage_dumper & dumper, const float * latent,
                                 int64_t n_frames);
     // A causal convolution `c` (a codec_decoder::conv) of x after its history, in io's graph.
     template <class Conv>
@@ -75,8 +80,15 @@ private:
 
 class codec_decoder {
 public:
-    void load(model_loader & loader);
+    // `device`: load for that device's graphs (the loader's weights must be in its memory), with
+    // the weights the decoder derives in its memory too; null: for the CPU's.
+    void load(model_loader & loader, const compute_backend * device = nullptr);
     const codec_decoder_hparams & hparams() const { return hp_; }
+
+    // Decodes, on `backend`, a fresh stream's chunks of `max_chunk` frames until the transformer's
+    // cache is full, so that the compute buffer has grown to what any request's chunks of at most
+    // that width need (on a device: an out-of-memory shows here, at load, not mid-request).
+    void reserve(const compute_backend & backend, int64_t max_chunk) const;
 
     // Frames of the transformer's output that decide the convolutions' state (their receptive
     // field, rounded up).
@@ -165,6 +177,8 @@ private:
     void  derive_weights(model_loader & ml);
 
     codec_decoder_hparams      hp_;
+    bool                       cpu_kernels_ = true;  // packed and Winograd weights (the CPU's form)
+    ggml_backend_buffer_type_t derived_type_ = nullptr;
     std::vector<ggml_tensor *> codebooks_;   // per quantizer: (codebook_dim / 2, codebook_size)
     ggml_tensor *              out_proj_first_ = nullptr;  // (codebook_dim / 2, codebook_dim)
     ggml_tensor *              out_proj_rest_ = nullptr;

@@ -698,6 +698,12 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
                               avx512 ? gemm_op<avx512_tiles> : gemm_op<avx2_tiles>, GGML_N_TASKS_MAX, nullptr);
     }
 #endif
+    if (t_standard_ops) {
+        // ggml-vulkan rounds a strided operand (a permuted view, overlapping sliding windows) to
+        // f16 while it gathers it: gathered here, it stays f32
+        w = ggml_is_contiguous(w) ? w : ggml_cont(ctx, w);
+        x = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
+    }
     ggml_tensor * y = ggml_mul_mat(ctx, w, x);
     if (t_standard_ops) {  // a device: f32 accumulation, as the CPU's
         ggml_mul_mat_set_prec(y, GGML_PREC_F32);

@@ -49,8 +49,9 @@ struct qt_context {
     qt::talker                        talker;
     qt::prompt_builder                prompts;
     qt::code_predictor                predictor;
-    // With a device: the talker and the code predictor again, their weights in its memory
-    // (the CPU's copies stay: the prompt's embeddings are computed there).
+    // With a device: the talker, the code predictor and (where it fits) the codec decoder again,
+    // their weights in its memory (the CPU's copies stay: the prompt's embeddings are computed
+    // there, and the reference's stages run there).
     std::unique_ptr<qt::device_backend> device;
     std::string                         device_id = "cpu";
     std::string                         device_fallback;  // why the device asked for is not in use
@@ -58,6 +59,8 @@ struct qt_context {
     ggml_backend_buffer_ptr             device_weights_buf;
     qt::talker                          device_talker;
     qt::code_predictor                  device_predictor;
+    qt::codec_decoder                   device_decoder;
+    bool                                device_decodes = false;  // device_decoder is loaded
     // built on the first request; declared after what it uses (the device): destroyed before it
     std::unique_ptr<qt::code_predictor_state> predictor_state;
     qt::prefill_cache                 prefills;
@@ -238,6 +241,8 @@ namespace {
 void release_device(qt_context & ctx) {
     ctx.predictor_state.reset();
     ctx.device_predictor = qt::code_predictor();
+    ctx.device_decoder = qt::codec_decoder();
+    ctx.device_decodes = false;
     ctx.device_talker = qt::talker();
     ctx.device_weights_buf.reset();
     ctx.device_weights_ctx.reset();
@@ -245,7 +250,7 @@ void release_device(qt_context & ctx) {
     ctx.device_id = "cpu";
 }
 
-void start_device(qt_context & ctx, const char * model_path, const std::string & wanted) {
+void start_device(qt_context & ctx, const char * model_path, const std::string & wanted, int64_t max_chunk_frames) {
     if (wanted == "cpu") {
         return;
     }
@@ -291,10 +296,19 @@ void start_device(qt_context & ctx, const char * model_path, const std::string &
         qt::model_loader loader(model_path, ctx.device->get());
         ctx.device_talker.load(loader);
         ctx.device_predictor.load(loader, ctx.device_talker);
+        try {
+            ctx.device_decoder.load(loader, ctx.device.get());
+            ctx.device_decoder.reserve(*ctx.device, max_chunk_frames);
+            ctx.device_decodes = true;
+        } catch (const qt::error & e) {
+            ctx.device_decoder = qt::codec_decoder();
+            QT_LOG_WARN("%s: the codec decoder stays on the CPU (%s)", device->id.c_str(), e.what());
+        }
         ctx.device_weights_ctx = loader.take_context();
         ctx.device_weights_buf = loader.take_buffer();
         ctx.device_id = device->id;
-        QT_LOG_INFO("talker and code predictor on %s (%s)", device->id.c_str(), device->description.c_str());
+        QT_LOG_INFO("talker, code predictor%s on %s (%s)", ctx.device_decodes ? " and codec decoder" : "",
+                    device->id.c_str(), device->description.c_str());
     } catch (const qt::error & e) {
         release_device(ctx);
         ctx.device_fallback = device->id + " (" + device->description + ") failed to start: " + e.what();
@@ -342,8 +356,6 @@ qt_context * qt_init(const qt_init_params * params) {
                                                                  params->model_path));
         }
         fill_model_info(loader, ctx->info, ctx->speaker, ctx->codec_enc);
-        const char * device = params->abi_version >= 6 && params->device && *params->device ? params->device : "cpu";
-        start_device(*ctx, params->model_path, device);
         const auto & dec = ctx->codec_dec.hparams();
         if (dec.sample_rate != ctx->info.sample_rate || dec.frame_samples != ctx->info.samples_per_frame ||
             dec.n_quantizers != ctx->info.n_codebooks || dec.codebook_size != ctx->info.codebook_size) {
@@ -354,6 +366,8 @@ qt_context * qt_init(const qt_init_params * params) {
         const float  chunk_sec = params->codec_chunk_sec > 0.0f ? params->codec_chunk_sec : QT_DEFAULT_CODEC_CHUNK_SEC;
         const double frame_rate = double(dec.sample_rate) / dec.frame_samples;
         ctx->info.codec_chunk_frames = int32_t(std::clamp(std::lround(chunk_sec * frame_rate), 1L, long(k_max_frames)));
+        const char * device = params->abi_version >= 6 && params->device && *params->device ? params->device : "cpu";
+        start_device(*ctx, params->model_path, device, ctx->info.codec_chunk_frames);
         const size_t weight_bytes = loader.weight_bytes();
         ctx->weights_ctx = loader.take_context();
         const bool mapped = loader.mapped();
@@ -627,7 +641,8 @@ qt::code_predictor_state & predictor_for(qt_context * ctx, int max_batch) {
 // there is one.
 qt::synthesis_models models_for(qt_context * ctx, int max_batch) {
     return { ctx->device ? ctx->device_talker : ctx->talker, ctx->prompts, predictor_for(ctx, max_batch),
-             ctx->codec_dec, &ctx->prefills, ctx->device.get() };
+             ctx->device_decodes ? ctx->device_decoder : ctx->codec_dec, &ctx->prefills, ctx->device.get(),
+             ctx->device_decodes ? ctx->device.get() : nullptr };
 }
 
 // Gives the device up for this context (release_device); `why` goes to the log and
@@ -793,15 +808,34 @@ qt_status qt_decode(qt_context * ctx, const int32_t * codes, int32_t n_frames, i
     const qt_status status = guarded([&] {
         const auto    t0 = std::chrono::steady_clock::now();
         const int64_t width = chunk_frames > 0 ? chunk_frames : ctx->info.codec_chunk_frames;
-        qt::codec_stream stream(ctx->codec_dec);
-        for (int64_t f = 0; f < n_frames; f += width) {
-            const int64_t n = std::min<int64_t>(width, n_frames - f);
-            const std::vector<float> part = stream.decode(*ctx->backend, ctx->dumper, codes + f * n_codebooks, n);
-            pcm.insert(pcm.end(), part.begin(), part.end());
+        const auto decode_on = [&](const qt::codec_decoder & decoder, const qt::compute_backend & backend) {
+            pcm.clear();
+            qt::codec_stream stream(decoder);
+            for (int64_t f = 0; f < n_frames; f += width) {
+                const int64_t n = std::min<int64_t>(width, n_frames - f);
+                const std::vector<float> part = stream.decode(backend, ctx->dumper, codes + f * n_codebooks, n);
+                pcm.insert(pcm.end(), part.begin(), part.end());
+            }
+        };
+        bool on_device = ctx->device_decodes;
+        if (on_device) {
+            try {
+                decode_on(ctx->device_decoder, *ctx->device);
+            } catch (const qt::error & e) {
+                if (e.status != QT_STATUS_OUT_OF_MEMORY) {
+                    throw;
+                }
+                // chunks wider than the requests' may not fit where theirs do: this call alone
+                QT_LOG_WARN("%s: decoding on the CPU (%s)", ctx->device_id.c_str(), e.what());
+                on_device = false;
+            }
+        }
+        if (!on_device) {
+            decode_on(ctx->codec_dec, *ctx->backend);
         }
         const double seconds = double(pcm.size()) / ctx->info.sample_rate;
-        QT_LOG_INFO("[Perf] codec decode: %.1f ms per second of audio (%d frames in chunks of %lld)",
-                    ms_since(t0) / seconds, n_frames, (long long) width);
+        QT_LOG_INFO("[Perf] codec decode: %.1f ms per second of audio (%d frames in chunks of %lld, %s)",
+                    ms_since(t0) / seconds, n_frames, (long long) width, on_device ? ctx->device_id.c_str() : "cpu");
     });
     if (status != QT_STATUS_OK) {
         return status;

@@ -144,7 +144,7 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
         t->audio = std::make_unique<codec_stream>(m.decoder);
         if (t->req->n_prime_frames > 0) {
             const auto tp = clock::now();
-            t->audio->prime(backend, t->req->prime_codes, t->req->n_prime_frames);
+            t->audio->prime(m.decoding ? *m.decoding : backend, t->req->prime_codes, t->req->n_prime_frames);
             t->t_prime = ms_since(tp);
         }
         t->result.n_codebooks = n_books;
@@ -166,7 +166,8 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
         }
         const auto      td = clock::now();
         const int32_t * codes = r.codes.data() + t.decoded * n_books;
-        const std::vector<float> pcm = pending > 0 ? t.audio->decode(backend, dumper, codes, pending) : std::vector<float>();
+        const std::vector<float> pcm =
+            pending > 0 ? t.audio->decode(m.decoding ? *m.decoding : backend, dumper, codes, pending) : std::vector<float>();
         t.t_decode += ms_since(td);
         r.pcm.insert(r.pcm.end(), pcm.begin(), pcm.end());
         if (pending > 0 && t.n_chunks++ == 0) {

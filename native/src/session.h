@@ -82,6 +82,8 @@ struct synthesis_models {
     // Where talker_model and predictor run (a device, with their weights there); null: the CPU
     // backend every other stage runs on.
     const compute_backend * generation = nullptr;
+    // Where decoder runs (a device it was loaded for); null: the CPU backend.
+    const compute_backend * decoding = nullptr;
 };
 
 // Throws qt::error (QT_STATUS_CANCELLED when `cancelled` or `on_chunk` said so). Dumps the prompt, the

@@ -5,17 +5,23 @@
 // sequence and of two side by side (the step's mask of each sequence's cache rows), each at
 // cosine >= 0.999 with the same greedy code0; code-predictor frames: greedy with the same codes,
 // sampled (fed the CPU's draws) at cosine >= 0.999 in every pass; states made and freed on the
-// device request after request.
+// device request after request. The codec decoder on the device against the CPU's (packed and
+// Winograd kernels there): every dumped stage at cosine >= 0.999, a primed stream too, and its
+// chunks joined against one pass at cosine >= 0.999 (not the CPU's >= 80 dB: ggml-vulkan stages
+// f32 products through f16 shared memory where the device has f16, so a chunk's rounding
+// depends on its width; on lavapipe ~31 dB, ~37 with GGML_VK_DISABLE_F16).
 //
 //     test-device MODEL.gguf     exit 77 (skipped), with the reason, where no device is found
 #include "backend-loader.h"
 #include "code-predictor.h"
+#include "codec-decoder.h"
 #include "graph.h"
 #include "talker.h"
 #include "test-model.h"
 #include "test-util.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -36,6 +42,70 @@ void compare(const char * what, const qt::talker_output & cpu, const qt::talker_
     check(cl >= k_min_cosine && ch >= k_min_cosine && argmax(cpu.logits) == argmax(dev.logits),
           "%s: logits cosine %.6f, hidden cosine %.6f, code0 %d (cpu) vs %d (device)", what, cl, ch, argmax(cpu.logits),
           argmax(dev.logits));
+}
+
+// Residual of `got` against `want`, in dB below want's energy (inf when identical).
+double residual_db(const std::vector<float> & got, const std::vector<float> & want) {
+    double signal = 0.0, noise = 0.0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        signal += double(want[i]) * want[i];
+        noise += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    }
+    return got.size() != want.size() ? -INFINITY : noise == 0.0 ? INFINITY : 10.0 * std::log10(signal / noise);
+}
+
+// The codec decoder loaded from each side's loader: stages, priming and streaming.
+void compare_decoders(qt::model_loader & cpu_loader, qt::model_loader & dev_loader, const qt::cpu_backend & cpu,
+                      const qt::device_backend & dev) {
+    qt::codec_decoder dc, dd;
+    dc.load(cpu_loader);
+    dd.load(dev_loader, &dev);
+    const qt::codec_decoder_hparams & hp = dc.hparams();
+    const int64_t        frames = 19, Q = hp.n_quantizers;
+    std::vector<int32_t> codes(size_t(frames * Q));
+    for (size_t i = 0; i < codes.size(); ++i) {
+        codes[i] = int32_t((i * 2654435761u + 17) % uint64_t(hp.codebook_size));
+    }
+
+    const std::string cpu_dir = test::make_temp_dir(), dev_dir = test::make_temp_dir();
+    qt::codec_stream  sc(dc), sd(dd);
+    sc.decode(cpu, qt::stage_dumper(cpu_dir), codes.data(), frames);  // for the stage dumps
+    sd.decode(dev, qt::stage_dumper(dev_dir), codes.data(), frames);
+    for (const char * stage : { "dec_quantized", "dec_pre_conv", "dec_pre_transformer", "dec_upsample0", "dec_upsample",
+                                "dec_conv_in", "dec_block0", "dec_block1", "dec_block2", "dec_block3", "dec_wav" }) {
+        const test::npy_array a = test::npy_read(cpu_dir + "/" + stage + ".npy");
+        const test::npy_array b = test::npy_read(dev_dir + "/" + stage + ".npy");
+        const double          c = a.shape == b.shape ? cosine(a.f32, b.f32) : 0.0;
+        check(c >= k_min_cosine, "decoder stage %s on the device: cosine %.6f", stage, c);
+    }
+    test::remove_dir(cpu_dir);
+    test::remove_dir(dev_dir);
+
+    // the engine's chunks, joined, against one pass (both in the 8-frame slices of the convolutions)
+    qt::codec_stream         whole(dd), chunked(dd);
+    const std::vector<float> one_pass = whole.decode(dev, qt::stage_dumper(), codes.data(), frames);
+    std::vector<float>       joined;
+    for (int64_t f = 0, width = 1; f < frames; f += width, width = std::min<int64_t>(2 * width, 8)) {
+        const int64_t            n = std::min(width, frames - f);
+        const std::vector<float> part = chunked.decode(dev, qt::stage_dumper(), codes.data() + f * Q, n);
+        joined.insert(joined.end(), part.begin(), part.end());
+    }
+    check(joined.size() == one_pass.size() && cosine(joined, one_pass) >= k_min_cosine,
+          "decoder chunks 1, 2, 4, 8, 4 on the device joined, against one pass: cosine %.6f (%.1f dB of residual)",
+          cosine(joined, one_pass), residual_db(joined, one_pass));
+
+    // primed with the first 11 frames (in-context mode's reference), then the rest
+    qt::codec_stream pc(dc), pd(dd);
+    pc.prime(cpu, codes.data(), 11);
+    pd.prime(dev, codes.data(), 11);
+    const std::vector<float> rc = pc.decode(cpu, qt::stage_dumper(), codes.data() + 11 * Q, frames - 11);
+    const std::vector<float> rd = pd.decode(dev, qt::stage_dumper(), codes.data() + 11 * Q, frames - 11);
+    check(cosine(rc, rd) >= k_min_cosine, "decoder primed with 11 frames on the device: cosine %.6f", cosine(rc, rd));
+
+    dd.reserve(dev, 8);  // sizes the compute buffer for chunks of up to 8 frames, as the engine does at load
+    qt::codec_stream         after(dd);
+    const std::vector<float> again = after.decode(dev, qt::stage_dumper(), codes.data(), frames);
+    check(again == one_pass, "the device decodes the same %zu samples again after reserve()", again.size());
 }
 
 int run(const std::string & path) {
@@ -181,7 +251,8 @@ int run(const std::string & path) {
                   round, codes.size());
         }
     }
-    return test::finish("the talker and the code predictor on the device agree with the CPU");
+    compare_decoders(*on_cpu->loader, *on_dev->loader, cpu, dev);
+    return test::finish("the talker, the code predictor and the codec decoder on the device agree with the CPU");
 }
 
 } // namespace
