@@ -58,12 +58,13 @@ class Engine:
         busy desktop slows synthesis by its share of the cores instead of stalling it.
         `codec_chunk_sec`: width of the codec decoder's chunks (and the largest streamed chunk),
         None for the engine's default (_engine.DEFAULT_CODEC_CHUNK_SEC). `device`: where the
-        talker and the code predictor run: "cpu", "auto" (the best GPU, else the CPU) or a device
+        talker, the code predictor and the codec decoder run (the decoder stays on the CPU
+        where the device has no room for its buffers, said in the log): "cpu", "auto" (the best GPU, else the CPU) or a device
         id from `vocable.engine.devices()` ("vulkan:0"); one that is missing or fails to start
         leaves them on the CPU (`device_fallback` says why), and one that runs out of memory for a
         request before its first audio hands that request and the ones after it to the CPU
-        (`device` and `device_fallback` change when the request ends). The other stages run on
-        the CPU."""
+        (`device` and `device_fallback` change when the request ends). The voice's stages
+        (speaker and codec encoders) run on the CPU."""
         path = Path(model_path)
         if not path.is_file():
             raise ModelError(f"model file not found: {path}" + (" (it is a folder: convert it first with "
