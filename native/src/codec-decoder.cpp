@@ -25,6 +25,9 @@ constexpr int k_pre_conv_kernel = 3;
 constexpr float k_convnext_eps = 1e-6f;
 // Frames per graph of the convolutions (codec_stream::run).
 constexpr int64_t k_conv_slice_frames = 8;
+// Frames per graph of the transformer while priming: a minute of reference in one graph would
+// take its attention scores for every pair of frames (~0.4 GB at 750 frames and 16 heads).
+constexpr int64_t k_prime_slice_frames = 16;
 
 size_t row_bytes(const ggml_tensor * t) { return ggml_row_size(t->type, t->ne[0]); }
 
@@ -364,6 +367,11 @@ void codec_decoder::reserve(const compute_backend & backend, int64_t max_chunk) 
         stream.decode(backend, no_dumps(), codes.data(), max_chunk);
     } while (stream.n_cached_ < hp_.sliding_window - 1);
     stream.decode(backend, no_dumps(), codes.data(), max_chunk);  // with the cache full
+    // priming's slices, with the cache full too
+    codec_stream               primed(*this);
+    const int64_t              n_prime = 2 * std::max<int64_t>(k_prime_slice_frames, hp_.sliding_window);
+    const std::vector<int32_t> reference(size_t(n_prime * hp_.n_quantizers), 0);
+    primed.prime(backend, reference.data(), n_prime);
 }
 
 std::vector<float> codec_stream::decode(const compute_backend & backend, const stage_dumper & dumper,
@@ -382,15 +390,23 @@ void codec_stream::prime(const compute_backend & backend, const int32_t * codes,
 
 std::vector<float> codec_stream::run(const compute_backend & backend, const stage_dumper & dumper, const int32_t * codes,
                                      int64_t T, bool audio) {
-    std::vector<float> latent = transform(backend, dumper, codes, T);
-    const int64_t      L = dec_.hp_.latent_dim;
-    int64_t            n_conv = T;
+    // causal, so slices give the one graph's latent frames
+    const int64_t      Q = dec_.hp_.n_quantizers;
+    const int64_t      t_slice = audio || dumper.enabled() ? T : k_prime_slice_frames;
+    std::vector<float> latent;
+    for (int64_t f = 0; f < T; f += t_slice) {
+        const int64_t            n = std::min(t_slice, T - f);
+        const std::vector<float> part = transform(backend, dumper, codes + f * Q, n);
+        latent.insert(latent.end(), part.begin(), part.end());
+        frames_ += n;
+    }
+    const int64_t L = dec_.hp_.latent_dim;
+    int64_t       n_conv = T;
     if (!audio) {
         // Priming: the convolutions' state depends on their receptive field only.
         n_conv = std::min(T, dec_.receptive_frames_);
     }
     const float * first = latent.data() + (T - n_conv) * L;
-    frames_ += T;
     // The convolutions run at up to 24 kHz, where their activations take ~6 MiB per frame: in
     // slices of a few frames, the compute buffer stays small whatever the chunk (a dump keeps the
     // whole chunk in one graph, so that each stage's file holds all of it).
