@@ -26,7 +26,7 @@ constexpr float k_convnext_eps = 1e-6f;
 // Frames per graph of the convolutions (codec_stream::run).
 constexpr int64_t k_conv_slice_frames = 8;
 // Frames per graph of the transformer while priming: a minute of reference in one graph would
-// take its attention scores for every pair of frames (~0.4 GB at 750 frames and 16 heads).
+// hold its attention scores for every pair of frames (36 MB a layer at 750 frames, 16 heads).
 constexpr int64_t k_prime_slice_frames = 16;
 
 size_t row_bytes(const ggml_tensor * t) { return ggml_row_size(t->type, t->ne[0]); }
