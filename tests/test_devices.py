@@ -191,6 +191,8 @@ def test_a_device_out_of_memory_hands_the_request_to_the_cpu(converted):
     assert out["frames"] == 1700 and out["codes_identical"] and out["audio_identical"], out
     assert out["stream_is_result"], out
     assert "running on the CPU from now on" in proc.stderr, proc.stderr[-3000:]
+    # the decoder's buffers did not fit at load either: it stayed on the CPU from the start
+    assert "vulkan:0: the codec decoder stays on the CPU (not enough memory" in proc.stderr, proc.stderr[-3000:]
 
 
 def test_a_device_without_room_for_the_weights_leaves_the_engine_on_the_cpu(converted):
