@@ -82,6 +82,9 @@ def test_the_result_says_where_each_chapter_lies(engine, voice, batch):
     assert (one.title, two.title) == ("One", "Two")
     second = min(c.first_sample for c in chunks if c.segment == 1)
     assert (one.start, one.end, two.start, two.end) == (0, second, second, result.audio.size)
+    # the first chapter alone, with the stream's seed (its first segment's), is as long as its span
+    alone = engine.synthesize(result.segments[0], voice, seed=3, max_frames=6).result()
+    assert one.end == alone.audio.size
 
 
 def test_chapters_do_not_change_a_text_without_headings(engine, voice):

@@ -84,6 +84,7 @@ public:
     // the weights the decoder derives in its memory too; null: for the CPU's.
     void load(model_loader & loader, const compute_backend * device = nullptr);
     const codec_decoder_hparams & hparams() const { return hp_; }
+    bool                          loaded() const { return derived_buf_ != nullptr; }
 
     // Decodes, on `backend`, a fresh stream's chunks of `max_chunk` frames until the transformer's
     // cache is full, so that the compute buffer has grown to what any request's chunks of at most

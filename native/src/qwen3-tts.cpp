@@ -59,8 +59,7 @@ struct qt_context {
     ggml_backend_buffer_ptr             device_weights_buf;
     qt::talker                          device_talker;
     qt::code_predictor                  device_predictor;
-    qt::codec_decoder                   device_decoder;
-    bool                                device_decodes = false;  // device_decoder is loaded
+    qt::codec_decoder                   device_decoder;  // not loaded where it did not fit
     // built on the first request; declared after what it uses (the device): destroyed before it
     std::unique_ptr<qt::code_predictor_state> predictor_state;
     qt::prefill_cache                 prefills;
@@ -242,7 +241,6 @@ void release_device(qt_context & ctx) {
     ctx.predictor_state.reset();
     ctx.device_predictor = qt::code_predictor();
     ctx.device_decoder = qt::codec_decoder();
-    ctx.device_decodes = false;
     ctx.device_talker = qt::talker();
     ctx.device_weights_buf.reset();
     ctx.device_weights_ctx.reset();
@@ -299,7 +297,6 @@ void start_device(qt_context & ctx, const char * model_path, const std::string &
         try {
             ctx.device_decoder.load(loader, ctx.device.get());
             ctx.device_decoder.reserve(*ctx.device, max_chunk_frames);
-            ctx.device_decodes = true;
         } catch (const qt::error & e) {
             ctx.device_decoder = qt::codec_decoder();
             QT_LOG_WARN("%s: the codec decoder stays on the CPU (%s)", device->id.c_str(), e.what());
@@ -307,7 +304,7 @@ void start_device(qt_context & ctx, const char * model_path, const std::string &
         ctx.device_weights_ctx = loader.take_context();
         ctx.device_weights_buf = loader.take_buffer();
         ctx.device_id = device->id;
-        QT_LOG_INFO("talker, code predictor%s on %s (%s)", ctx.device_decodes ? " and codec decoder" : "",
+        QT_LOG_INFO("talker, code predictor%s on %s (%s)", ctx.device_decoder.loaded() ? " and codec decoder" : "",
                     device->id.c_str(), device->description.c_str());
     } catch (const qt::error & e) {
         release_device(ctx);
@@ -641,8 +638,8 @@ qt::code_predictor_state & predictor_for(qt_context * ctx, int max_batch) {
 // there is one.
 qt::synthesis_models models_for(qt_context * ctx, int max_batch) {
     return { ctx->device ? ctx->device_talker : ctx->talker, ctx->prompts, predictor_for(ctx, max_batch),
-             ctx->device_decodes ? ctx->device_decoder : ctx->codec_dec, &ctx->prefills, ctx->device.get(),
-             ctx->device_decodes ? ctx->device.get() : nullptr };
+             ctx->device_decoder.loaded() ? ctx->device_decoder : ctx->codec_dec, &ctx->prefills, ctx->device.get(),
+             ctx->device_decoder.loaded() ? ctx->device.get() : nullptr };
 }
 
 // Gives the device up for this context (release_device); `why` goes to the log and
@@ -817,7 +814,7 @@ qt_status qt_decode(qt_context * ctx, const int32_t * codes, int32_t n_frames, i
                 pcm.insert(pcm.end(), part.begin(), part.end());
             }
         };
-        bool on_device = ctx->device_decodes;
+        bool on_device = ctx->device_decoder.loaded();
         if (on_device) {
             try {
                 decode_on(ctx->device_decoder, *ctx->device);

@@ -29,6 +29,14 @@ FILE_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": 
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
 
+def check_sample_rate(sample_rate: object, context: str = "") -> int:
+    """The rate as an int, or AudioError (prefixed by `context`) for one that is not an integer
+    from MIN_RATE to MAX_RATE Hz."""
+    if not (isinstance(sample_rate, (int, np.integer)) and MIN_RATE <= int(sample_rate) <= MAX_RATE):
+        raise AudioError(f"{context}unsupported sample rate {sample_rate!r} Hz")
+    return int(sample_rate)
+
+
 def read_audio(path: str | Path) -> tuple[np.ndarray, int]:
     """Samples as float32 [frames, channels] and the sample rate of an audio file (WAV, FLAC,
     OGG/Vorbis/Opus, MP3 and whatever libsndfile reads). AudioError for anything that is not a
@@ -100,8 +108,7 @@ def write_audio(path: str | os.PathLike, samples: np.ndarray, sample_rate: int, 
     x = x.astype(np.float32, copy=False)
     if not np.all(np.isfinite(x)):
         raise AudioError(f"cannot write {path.name}: the audio has NaN or infinite samples")
-    if not (isinstance(sample_rate, (int, np.integer)) and MIN_RATE <= int(sample_rate) <= MAX_RATE):
-        raise AudioError(f"cannot write {path.name}: unsupported sample rate {sample_rate!r} Hz")
+    check_sample_rate(sample_rate, f"cannot write {path.name}: ")
     subtype = subtype or default_subtype
     if fmt not in sf.available_formats() or subtype not in sf.available_subtypes(fmt):
         raise AudioError(f"cannot write {path.name}: this libsndfile ({sf.__libsndfile_version__}) cannot write "
@@ -171,8 +178,7 @@ def prepare_reference(samples: np.ndarray, sample_rate: int) -> ReferenceClip:
     x = x.astype(np.float32, copy=False)
     if x.size == 0:
         raise AudioError("the reference audio is empty")
-    if not (isinstance(sample_rate, (int, np.integer)) and MIN_RATE <= int(sample_rate) <= MAX_RATE):
-        raise AudioError(f"unsupported sample rate {sample_rate!r} Hz")
+    check_sample_rate(sample_rate)
     if not np.all(np.isfinite(x)):
         bad = int(np.count_nonzero(~np.isfinite(x)))
         raise AudioError(f"the reference audio has {bad} NaN or infinite sample(s); it is damaged")

@@ -141,9 +141,7 @@ class Engine:
         """The voice with one more reference clip averaged into its speaker embedding (a steadier
         voice from several recordings); its reference codes and transcript, the clip in-context
         cloning continues, stay as they are."""
-        if voice.speaker_embedding.size != self.info["n_speaker_embd"]:
-            raise VocableError(f"the voice was made with another model size ({voice.model_variant or 'unknown'}); "
-                               "make it again with this model")
+        self._check_model_size(voice)
         if voice.clips >= MAX_CLIPS:
             raise VocableError(f"the voice averages {voice.clips} clips already, the most it can")
         added = self.embed_voice(samples, sample_rate)
@@ -151,6 +149,12 @@ class Engine:
         embedding = (voice.speaker_embedding.astype(np.float64) * n + added.speaker_embedding) / (n + 1)
         return Voice(embedding.astype(np.float32), voice.codes, voice.ref_text, voice.name, voice.model_variant,
                      voice.reference_seconds, voice.warnings + added.warnings, clips=n + 1)
+
+    def _check_model_size(self, voice: Voice) -> None:
+        if voice.speaker_embedding.size != self.info["n_speaker_embd"]:
+            raise VocableError(f"the voice was made with another model size ({voice.model_variant or 'unknown'}: "
+                               f"embedding width {voice.speaker_embedding.size}, this model's is "
+                               f"{self.info['n_speaker_embd']}); make it again with this model")
 
     @property
     def tokenizer(self):
@@ -198,10 +202,7 @@ class Engine:
         known = self.languages
         if language != "auto" and known and language not in known:
             raise VocableError(f"unknown language '{language}'; the model knows: auto, {', '.join(known)}")
-        if voice.speaker_embedding.size != self.info["n_speaker_embd"]:
-            raise VocableError(f"the voice was made with another model size ({voice.model_variant or 'unknown'}: "
-                               f"embedding width {voice.speaker_embedding.size}, this model's is "
-                               f"{self.info['n_speaker_embd']}); make it again with this model")
+        self._check_model_size(voice)
         if max_frames is not None and max_frames < 1:
             raise ValueError("max_frames must be at least 1")
         if not 1 <= batch <= _engine.MAX_BATCH:

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import paths
 from ..audio.export import ChapterSpan, check_output, save_speech, spoken_chapters, write_chapter_files
-from ..audio.files import MAX_RATE, MIN_RATE, read_audio, write_audio
+from ..audio.files import check_sample_rate, read_audio, write_audio
 from ..errors import AudioError, VocableError
 from ..store import FileFolder, atomic_write_text
 from ..untrusted import parse_json
@@ -106,8 +106,7 @@ class History:
             x = x[:, 0]
         if x.ndim != 1 or x.size == 0:
             raise AudioError(f"no audio to keep (shape {list(x.shape)})")
-        if not (isinstance(sample_rate, (int, np.integer)) and MIN_RATE <= int(sample_rate) <= MAX_RATE):
-            raise AudioError(f"cannot keep the audio: unsupported sample rate {sample_rate!r} Hz")
+        check_sample_rate(sample_rate, "cannot keep the audio: ")
         created = datetime.now(timezone.utc)
         entry_id = f"{created:%Y%m%d-%H%M%S-%f}-{secrets.token_hex(3)}"
         audio_path = self.root / f"{entry_id}.flac"

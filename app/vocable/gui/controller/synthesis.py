@@ -244,8 +244,10 @@ class SynthesisActions:
 
     def _result_voice_name(self) -> str:
         if self.result_history_id is not None:
-            entry = next((e for e in self.history_entries() if e.id == self.result_history_id), None)
-            return entry.voice_name if entry else ""
+            try:
+                return self.history.entry(self.result_history_id).voice_name
+            except VocableError:   # deleted meanwhile: the file is saved without a narrator
+                return ""
         return self._synthesis_reference.name if self._synthesis_reference is not None else ""
 
     def _saved_into(self, folder: Path, message: str) -> None:
