@@ -7,9 +7,9 @@
 // sampled (fed the CPU's draws) at cosine >= 0.999 in every pass; states made and freed on the
 // device request after request. The codec decoder on the device against the CPU's (packed and
 // Winograd kernels there): every dumped stage at cosine >= 0.999, a primed stream too, and its
-// chunks joined against one pass at cosine >= 0.999 (not the CPU's >= 80 dB: ggml-vulkan stages
-// f32 products through f16 shared memory where the device has f16, so a chunk's rounding
-// depends on its width; on lavapipe ~31 dB, ~37 with GGML_VK_DISABLE_F16).
+// chunks joined against one pass at cosine >= 0.999 (not the CPU's >= 80 dB: a product's
+// rounding on the device depends on its width, in part as ggml-vulkan stages f32 products
+// through f16 where the device has f16; on lavapipe ~31 dB, 36-38 with GGML_VK_DISABLE_F16).
 //
 //     test-device MODEL.gguf     exit 77 (skipped), with the reason, where no device is found
 #include "backend-loader.h"
