@@ -107,10 +107,12 @@ with Engine(model, threads=2) as cpu, Engine(model, threads=2, device=device) as
         same = [bool(np.array_equal(x, y)) for x, y in zip(c[0], d[0])]
         whole = dev.decode(d[0])
         cos = lambda a, b: float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))) if a.size == b.size else 0.0
+        residual_db = lambda a, b: (float(20 * np.log10(np.linalg.norm(b) / max(np.linalg.norm(a - b), 1e-30)))
+                                    if a.size == b.size else 0.0)
         out[mode] = {"mode": d[3], "frames": [int(c[0].shape[0]), int(d[0].shape[0])], "frames_identical": same,
                      "first_different": same.index(False) if False in same else None,
                      "stream_is_result": bool(np.array_equal(d[1], d[2])),
-                     "stream_vs_decode_cosine": cos(whole, d[1]), "audio_cosine": cos(c[2], d[2])}
+                     "stream_vs_decode_db": residual_db(d[1], whole), "audio_cosine": cos(c[2], d[2])}
     again = {}
     for mode, voice in (("x-vector", Voice(embedding)), ("in-context", Voice(embedding, codes, ref_text))):
         with dev.synthesize(text, voice, "english", greedy=True, max_frames=int(frames)) as stream:
@@ -123,7 +125,7 @@ print(json.dumps(out))
 def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
     """Both clone modes: every frame's greedy codes identical to the CPU's and the audio (decoded
     on the device too) at cosine >= 0.999 of it, the streamed chunks equal to the result, and
-    the codes decoded at once (in other chunks) at cosine >= 0.999 of the stream. Each mode runs
+    the codes decoded at once (in other chunks) within 80 dB of the stream, the CPU's bar. Each mode runs
     twice on the device: a request's states are made and freed per request."""
     needs_vulkan_module()
     needs_lavapipe(computing=True)
@@ -141,7 +143,7 @@ def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
     assert all(icl["frames_identical"]) and icl["audio_cosine"] >= 0.999 and icl["stream_is_result"], icl
     assert xvec["mode"] == "x-vector" and xvec["frames"] == [frames, frames], xvec
     assert all(xvec["frames_identical"]) and xvec["audio_cosine"] >= 0.999 and xvec["stream_is_result"], xvec
-    assert xvec["stream_vs_decode_cosine"] >= 0.999, xvec
+    assert xvec["stream_vs_decode_db"] >= 80.0, xvec   # the CPU's bar for streaming
     assert out["repeat_identical"], out
 
 

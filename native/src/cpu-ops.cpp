@@ -84,6 +84,8 @@ constexpr int k_group_outputs = 128; // outputs of one work item
 // 9-position talker prefill (150-178 against 166-224 ms, measured side by side).
 constexpr int k_min_frames_f16 = 8;
 constexpr int k_min_frames_q8_0 = 32;
+// Fewest columns that ggml-vulkan's matrix kernel takes (mul_mat_vec_max_cols is 8).
+constexpr int64_t k_device_matrix_min_cols = 9;
 
 // y[i][0..nv) += x[i] . wp over kc for MR frames; x rows at stride ldx, wp packed [kc][16].
 // 6 x 16 outputs: 12 of the 16 ymm registers hold the sums.
@@ -704,9 +706,21 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
         w = ggml_is_contiguous(w) ? w : ggml_cont(ctx, w);
         x = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
     }
+    // A device's matrix kernel over any width sums each output in the same order; ggml-vulkan
+    // runs products of up to 8 columns through a matrix-vector kernel instead, which sums in
+    // another, and the codec decoder's snake activations amplify that difference until streamed
+    // chunks no longer match one pass (30.7 dB on lavapipe). Zero columns up to the matrix
+    // kernel's width keep every chunk width on one kernel: chunks then join to one pass exactly.
+    const int64_t n_cols = x->ne[1];
+    if (t_standard_ops && n_cols < k_device_matrix_min_cols) {
+        x = ggml_pad(ctx, x, 0, int(k_device_matrix_min_cols - n_cols), 0, 0);
+    }
     ggml_tensor * y = ggml_mul_mat(ctx, w, x);
     if (t_standard_ops) {  // a device: f32 accumulation, as the CPU's
         ggml_mul_mat_set_prec(y, GGML_PREC_F32);
+    }
+    if (y->ne[1] != n_cols) {
+        y = ggml_cont(ctx, ggml_view_3d(ctx, y, y->ne[0], n_cols, y->ne[2], y->nb[1], y->nb[2], 0));
     }
     if (b) {
         y = ggml_add(ctx, y, b);
