@@ -147,6 +147,42 @@ def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
     assert out["repeat_identical"], out
 
 
+# A voice made from the fixture's reference clip on an engine with the device and on one without:
+# the speaker embedding (computed on the device, the log says where) and the reference codes (the
+# codec encoder stays on the CPU).
+EMBED_ON = r"""
+import json, logging, sys
+import soundfile as sf
+from vocable import Engine
+model, device, clip = sys.argv[1:4]
+lines = []
+handler = logging.Handler()
+handler.emit = lambda record: lines.append(record.getMessage())
+logging.getLogger().addHandler(handler)
+logging.getLogger().setLevel(logging.INFO)
+samples, rate = sf.read(clip, dtype="float32")
+with Engine(model, threads=2) as cpu, Engine(model, threads=2, device=device) as dev:
+    vc, vd = cpu.embed_voice(samples, rate), dev.embed_voice(samples, rate)
+a, b = vc.speaker_embedding, vd.speaker_embedding
+print(json.dumps({"cosine": float(a @ b / ((a @ a) ** 0.5 * (b @ b) ** 0.5)),
+                  "codes_identical": bool((vc.codes == vd.codes).all()) and vc.codes.shape == vd.codes.shape,
+                  "where": [line for line in lines if "speaker embedding:" in line]}))
+"""
+
+
+def test_a_voice_is_embedded_on_lavapipe_as_on_the_cpu(converted):
+    needs_vulkan_module()
+    needs_lavapipe(computing=True)
+    proc = subprocess.run([sys.executable, "-c", EMBED_ON, str(converted("0.6b", "f32")), "vulkan:0",
+                           str(fixture_dir("0.6b") / "reference" / "ref_24k.wav")],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["cosine"] >= 0.999 and out["codes_identical"], out
+    assert len(out["where"]) == 2 and out["where"][0].endswith("speaker embedding on cpu)"), out
+    assert out["where"][1].endswith("speaker embedding on vulkan:0)"), out
+
+
 # A device's memory made small: ggml-vulkan refuses any buffer over GGML_VK_FORCE_MAX_BUFFER_SIZE,
 # and GGML_VK_SUBALLOCATION_BLOCK_SIZE keeps the weights in buffers under it, so the weights load
 # but a request's KV cache (128 bytes a position per tensor here) does not fit past 1562 positions.

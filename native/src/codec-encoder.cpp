@@ -159,7 +159,8 @@ void codec_encoder::load(model_loader & ml) {
 }
 
 // Squared codebook norms for the nearest-neighbour search, computed once on the host into a
-// buffer of our own.
+// buffer of our own. The codebooks' mapped pages are given back afterwards: only embedding a
+// voice reads them again, and a synthesis never does.
 void codec_encoder::prepare_codebook_norms(model_loader & ml) {
     const size_t n_books = semantic_.codebooks.size() + acoustic_.codebooks.size();
     derived_ctx_ = new_metadata_context(n_books + 1, false, "codec encoder's weight context");
@@ -188,6 +189,7 @@ void codec_encoder::prepare_codebook_norms(model_loader & ml) {
                 norms[size_t(e)] = float(acc);
             }
             ggml_backend_tensor_set(q->norms[j], norms.data(), 0, norms.size() * sizeof(float));
+            ml.release(q->codebooks[j]);
         }
     }
 }

@@ -630,11 +630,43 @@ void pad_frames_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
 
 } // namespace
 
+namespace {
+
+// pad_frames from ggml's standard ops (a device): zeros by ggml_pad_ext, the edge frames of the
+// other modes gathered from single-frame views (a convolution's padding is a few frames).
+ggml_tensor * pad_frames_standard(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right, pad_mode mode) {
+    x = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
+    if (mode == pad_mode::zeros) {
+        return ggml_pad_ext(ctx, x, 0, 0, int(left), int(right), 0, 0, 0, 0);
+    }
+    const int64_t C = x->ne[0], T = x->ne[1];
+    const auto frame = [&](int64_t t) { return ggml_view_2d(ctx, x, C, 1, x->nb[1], size_t(t) * x->nb[1]); };
+    // the frame that output frame t - left takes, as pad_frames_op maps it
+    const auto source = [&](int64_t src) {
+        return mode == pad_mode::replicate ? (src < 0 ? 0 : T - 1) : (src < 0 ? -src : 2 * (T - 1) - src);
+    };
+    ggml_tensor * y = nullptr;
+    const auto append = [&](ggml_tensor * part) { y = y ? ggml_concat(ctx, y, part, 1) : part; };
+    for (int64_t src = -left; src < 0; ++src) {
+        append(frame(source(src)));
+    }
+    append(x);
+    for (int64_t src = T; src < T + right; ++src) {
+        append(frame(source(src)));
+    }
+    return y;
+}
+
+} // namespace
+
 ggml_tensor * pad_frames(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right, pad_mode mode) {
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1);
     GGML_ASSERT(left >= 0 && right >= 0);
     // reflection needs left, right < T (as torch's reflect pad)
     GGML_ASSERT(mode != pad_mode::reflect || (left < x->ne[1] && right < x->ne[1]));
+    if (t_standard_ops) {
+        return pad_frames_standard(ctx, x, left, right, mode);
+    }
     ggml_tensor * args[] = { x };
     return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], left + x->ne[1] + right, 1, 1, args, 1, pad_frames_op,
                           GGML_N_TASKS_MAX, reinterpret_cast<void *>(intptr_t(left) << 2 | intptr_t(mode)));
@@ -642,6 +674,10 @@ ggml_tensor * pad_frames(ggml_context * ctx, ggml_tensor * x, int64_t left, int6
 
 ggml_tensor * elu_pad(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right) {
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1);
+    if (t_standard_ops) {
+        return pad_frames_standard(ctx, ggml_elu(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x)), left, right,
+                                   pad_mode::zeros);
+    }
     ggml_custom_op_t op = elu_pad_op<elu_row_generic>;
 #ifdef QT_X86
     switch (cpu_kernels_active()) {

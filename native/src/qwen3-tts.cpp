@@ -49,9 +49,11 @@ struct qt_context {
     qt::talker                        talker;
     qt::prompt_builder                prompts;
     qt::code_predictor                predictor;
-    // With a device: the talker, the code predictor and (where it fits) the codec decoder again,
-    // their weights in its memory (the CPU's copies stay: the prompt's embeddings are computed
-    // there, and the reference's stages run there).
+    // With a device: the talker, the code predictor and (where they fit) the codec decoder and the
+    // speaker encoder again, their weights in its memory (the CPU's copies stay: the prompt's
+    // embeddings are computed there, a stage runs there when the device runs out of memory, and
+    // the codec encoder always does: its nearest-codebook decisions include near-ties, which the
+    // device's f16 staging of products flips, 20 of the fixture's 608 codes on lavapipe).
     std::unique_ptr<qt::device_backend> device;
     std::string                         device_id = "cpu";
     std::string                         device_fallback;  // why the device asked for is not in use
@@ -60,6 +62,7 @@ struct qt_context {
     qt::talker                          device_talker;
     qt::code_predictor                  device_predictor;
     qt::codec_decoder                   device_decoder;  // not loaded where it did not fit
+    qt::speaker_encoder                 device_speaker;  // not loaded where it failed to
     // built on the first request; declared after what it uses (the device): destroyed before it
     std::unique_ptr<qt::code_predictor_state> predictor_state;
     qt::prefill_cache                 prefills;
@@ -241,6 +244,7 @@ void release_device(qt_context & ctx) {
     ctx.predictor_state.reset();
     ctx.device_predictor = qt::code_predictor();
     ctx.device_decoder = qt::codec_decoder();
+    ctx.device_speaker = qt::speaker_encoder();
     ctx.device_talker = qt::talker();
     ctx.device_weights_buf.reset();
     ctx.device_weights_ctx.reset();
@@ -301,11 +305,18 @@ void start_device(qt_context & ctx, const char * model_path, const std::string &
             ctx.device_decoder = qt::codec_decoder();
             QT_LOG_WARN("%s: the codec decoder stays on the CPU (%s)", device->id.c_str(), e.what());
         }
+        try {  // its weights are in the loader's buffer already
+            ctx.device_speaker.load(loader);
+        } catch (const qt::error & e) {
+            ctx.device_speaker = qt::speaker_encoder();
+            QT_LOG_WARN("%s: the speaker encoder stays on the CPU (%s)", device->id.c_str(), e.what());
+        }
         ctx.device_weights_ctx = loader.take_context();
         ctx.device_weights_buf = loader.take_buffer();
         ctx.device_id = device->id;
-        QT_LOG_INFO("talker, code predictor%s on %s (%s)", ctx.device_decoder.loaded() ? " and codec decoder" : "",
-                    device->id.c_str(), device->description.c_str());
+        QT_LOG_INFO("talker, code predictor%s%s on %s (%s)", ctx.device_decoder.loaded() ? ", codec decoder" : "",
+                    ctx.device_speaker.loaded() ? ", speaker encoder" : "", device->id.c_str(),
+                    device->description.c_str());
     } catch (const qt::error & e) {
         release_device(ctx);
         ctx.device_fallback = device->id + " (" + device->description + ") failed to start: " + e.what();
@@ -429,18 +440,36 @@ qt_status qt_extract_voice_ref(qt_context * ctx, const float * pcm_24k, int32_t 
     qt::log_scope scope(ctx->log);
     qt_voice_ref result{};
     const qt_status status = guarded([&] {
+        // The speaker encoder on the device where it is there; a long clip that does not fit its
+        // memory is embedded on the CPU instead, for this call alone.
         auto t0 = std::chrono::steady_clock::now();
         const std::vector<float> mel = ctx->mel.compute(pcm_24k, n_samples, ctx->dumper);
         const int64_t n_mel_frames = qt::mel_frontend::n_frames(n_samples);
-        const std::vector<float> embedding = ctx->speaker.embed(*ctx->backend, ctx->dumper, mel, n_mel_frames);
+        bool embedded_on_device = false;
+        std::vector<float> embedding;
+        if (ctx->device_speaker.loaded()) {
+            try {
+                embedding = ctx->device_speaker.embed(*ctx->device, ctx->dumper, mel, n_mel_frames);
+                embedded_on_device = true;
+            } catch (const qt::error & e) {
+                if (e.status != QT_STATUS_OUT_OF_MEMORY) {
+                    throw;
+                }
+                QT_LOG_WARN("%s: the speaker embedding runs on the CPU (%s)", ctx->device_id.c_str(), e.what());
+            }
+        }
+        if (!embedded_on_device) {
+            embedding = ctx->speaker.embed(*ctx->backend, ctx->dumper, mel, n_mel_frames);
+        }
         const double t_embed = ms_since(t0);
 
         t0 = std::chrono::steady_clock::now();
         int64_t n_frames = 0;
         const std::vector<int32_t> codes = ctx->codec_enc.encode(*ctx->backend, ctx->dumper, pcm_24k, n_samples, &n_frames);
         const double t_codes = ms_since(t0);
-        QT_LOG_INFO("[Perf] speaker embedding: %.1f ms, reference codes: %.1f ms (%.2f s clip, %lld frames)", t_embed,
-                    t_codes, n_samples / 24000.0, (long long) n_frames);
+        QT_LOG_INFO("[Perf] speaker embedding: %.1f ms, reference codes: %.1f ms (%.2f s clip, %lld frames; "
+                    "speaker embedding on %s)", t_embed, t_codes, n_samples / 24000.0, (long long) n_frames,
+                    embedded_on_device ? ctx->device_id.c_str() : "cpu");
 
         result.n_embd = int32_t(embedding.size());
         result.n_frames = int32_t(n_frames);

@@ -92,7 +92,7 @@ ggml_tensor * speaker_encoder::tdnn(ggml_context * ctx, ggml_tensor * x, const c
     return ggml_relu(ctx, conv1d(ctx, x, c.w, c.b, 1, c.dilation));
 }
 
-std::vector<float> speaker_encoder::embed(const cpu_backend & backend, const stage_dumper & dumper,
+std::vector<float> speaker_encoder::embed(const compute_backend & backend, const stage_dumper & dumper,
                                           const std::vector<float> & mel, int64_t n_frames) const {
     graph_run run(backend, dumper, 8192);
     ggml_context * ctx = run.ctx();

@@ -23,12 +23,15 @@ struct speaker_encoder_hparams {
 
 class speaker_encoder {
 public:
+    // The weights stay where the loader put them: the CPU, or a device's memory.
     void load(model_loader & loader);
+    bool loaded() const { return frontend_.w != nullptr; }
     const speaker_encoder_hparams & hparams() const { return hp_; }
 
-    // mel: ne = (mel_dim, T). Returns the embedding [enc_dim]. Dumps "spk_block0".."spk_block3",
+    // mel: ne = (mel_dim, T). Returns the embedding [enc_dim], computed on `backend` (the CPU, or
+    // the device whose loader the encoder was loaded from). Dumps "spk_block0".."spk_block3",
     // "spk_mfa", "spk_asp" and "speaker_embedding".
-    std::vector<float> embed(const cpu_backend & backend, const stage_dumper & dumper, const std::vector<float> & mel,
+    std::vector<float> embed(const compute_backend & backend, const stage_dumper & dumper, const std::vector<float> & mel,
                              int64_t n_frames) const;
 
 private:

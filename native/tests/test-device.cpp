@@ -7,15 +7,17 @@
 // sampled (fed the CPU's draws) at cosine >= 0.999 in every pass; states made and freed on the
 // device request after request. The codec decoder on the device against the CPU's (packed and
 // Winograd kernels there): every dumped stage at cosine >= 0.999, a primed stream too, and its
-// chunks joined against one pass at cosine >= 0.999 (not the CPU's >= 80 dB: a product's
-// rounding on the device depends on its width, in part as ggml-vulkan stages f32 products
-// through f16 where the device has f16; on lavapipe ~31 dB, 36-38 with GGML_VK_DISABLE_F16).
+// chunks joined against one pass within the CPU's 80 dB. The speaker encoder on the device
+// against the CPU's, on the fixture's reference clip: every dumped stage and the embedding at
+// cosine >= 0.999.
 //
-//     test-device MODEL.gguf     exit 77 (skipped), with the reason, where no device is found
+//     test-device MODEL.gguf REF_DIR     exit 77 (skipped), with the reason, where no device is found
 #include "backend-loader.h"
 #include "code-predictor.h"
 #include "codec-decoder.h"
 #include "graph.h"
+#include "mel.h"
+#include "speaker-encoder.h"
 #include "talker.h"
 #include "test-model.h"
 #include "test-util.h"
@@ -110,7 +112,33 @@ void compare_decoders(qt::model_loader & cpu_loader, qt::model_loader & dev_load
     check(again == one_pass, "the device decodes the same %zu samples again after reserve()", again.size());
 }
 
-int run(const std::string & path) {
+// The speaker encoder on both, on the reference clip of REF_DIR (ref_wav_24k.npy).
+void compare_speaker_encoders(qt::model_loader & cpu_loader, qt::model_loader & dev_loader,
+                              const qt::cpu_backend & cpu, const qt::device_backend & dev, const std::string & ref_dir) {
+    qt::speaker_encoder sc, sd;
+    sc.load(cpu_loader);
+    sd.load(dev_loader);
+    const std::vector<float> pcm = test::npy_read(ref_dir + "/ref_wav_24k.npy").f32;
+    const qt::mel_frontend   mel(24000);
+    const std::vector<float> m = mel.compute(pcm.data(), int64_t(pcm.size()), qt::stage_dumper());
+    const int64_t            n_mel = qt::mel_frontend::n_frames(int64_t(pcm.size()));
+
+    const std::string        cpu_dir = test::make_temp_dir(), dev_dir = test::make_temp_dir();
+    const std::vector<float> emb_c = sc.embed(cpu, qt::stage_dumper(cpu_dir), m, n_mel);
+    const std::vector<float> emb_d = sd.embed(dev, qt::stage_dumper(dev_dir), m, n_mel);
+    for (const char * stage : { "spk_block0", "spk_block1", "spk_block2", "spk_block3", "spk_mfa", "spk_asp" }) {
+        const test::npy_array a = test::npy_read(cpu_dir + "/" + stage + ".npy");
+        const test::npy_array b = test::npy_read(dev_dir + "/" + stage + ".npy");
+        const double          c = a.shape == b.shape ? cosine(a.f32, b.f32) : 0.0;
+        check(c >= k_min_cosine, "speaker encoder stage %s on the device: cosine %.6f", stage, c);
+    }
+    test::remove_dir(cpu_dir);
+    test::remove_dir(dev_dir);
+    check(emb_c.size() == emb_d.size() && cosine(emb_c, emb_d) >= k_min_cosine,
+          "speaker embedding on the device: cosine %.6f", cosine(emb_c, emb_d));
+}
+
+int run(const std::string & path, const std::string & ref_dir) {
     const qt::devices_found found = qt::devices_loaded();
     const auto device = std::find_if(found.devices.begin(), found.devices.end(),
                                      [](const qt::device_info & d) { return d.kind != "cpu"; });
@@ -254,16 +282,18 @@ int run(const std::string & path) {
         }
     }
     compare_decoders(*on_cpu->loader, *on_dev->loader, cpu, dev);
-    return test::finish("the talker, the code predictor and the codec decoder on the device agree with the CPU");
+    compare_speaker_encoders(*on_cpu->loader, *on_dev->loader, cpu, dev, ref_dir);
+    return test::finish("the talker, the code predictor, the codec decoder and the speaker encoder on the device "
+                        "agree with the CPU");
 }
 
 } // namespace
 
 int main(int argc, char ** argv) {
     setvbuf(stdout, nullptr, _IONBF, 0);
-    if (argc != 2) {
-        fprintf(stderr, "usage: test-device MODEL.gguf\n");
+    if (argc != 3) {
+        fprintf(stderr, "usage: test-device MODEL.gguf REF_DIR\n");
         return 2;
     }
-    return test::run_or_fail([&] { return run(argv[1]); });
+    return test::run_or_fail([&] { return run(argv[1], argv[2]); });
 }

@@ -580,15 +580,18 @@ void test_elu_pad(const qt::cpu_backend & backend) {
                 want[size_t((t + left) * C + c)] = v > 0.0f ? v : std::expm1(v);
             }
         }
-        for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
-            qt::cpu_kernels_force(qt::cpu_kernels(level));
+        // every kernel path, then the standard ops a device's graph is built from (here on the CPU)
+        for (int level = 0; level <= int(qt::cpu_kernels_best()) + 1; ++level) {
+            const bool standard = level > int(qt::cpu_kernels_best());
+            qt::cpu_kernels_force(standard ? qt::cpu_kernels::generic : qt::cpu_kernels(level));
+            const qt::standard_ops_scope scope(standard);
             qt::stage_dumper no_dump;
             qt::graph_run run(backend, no_dump, 16);
             ggml_tensor * y = qt::elu_pad(run.ctx(), run.input_f32("x", x.data(), { C, T }), left, right);
             run.compute(y);
             char name[96];
-            snprintf(name, sizeof(name), "elu_pad %s C %lld", qt::cpu_kernels_name(qt::cpu_kernels(level)),
-                     (long long) C);
+            snprintf(name, sizeof(name), "elu_pad %s C %lld",
+                     standard ? "standard ops" : qt::cpu_kernels_name(qt::cpu_kernels(level)), (long long) C);
             expect_close(name, run.read_f32(y), want, 1e-6f);
         }
     }
@@ -691,6 +694,12 @@ int main() {
             test_pad(backend, qt::pad_mode::zeros, "pad zeros");
             test_pad(backend, qt::pad_mode::reflect, "pad reflect");
             test_pad(backend, qt::pad_mode::replicate, "pad replicate");
+            if (level == int(qt::cpu_kernels::generic)) {  // the forms a device's graphs use
+                const qt::standard_ops_scope standard(true);
+                test_pad(backend, qt::pad_mode::zeros, "pad zeros, standard ops");
+                test_pad(backend, qt::pad_mode::reflect, "pad reflect, standard ops");
+                test_pad(backend, qt::pad_mode::replicate, "pad replicate, standard ops");
+            }
             test_layer_norm(backend);
             for (int64_t C : { 1, 7, 8, 33, 96, 1536 }) {
                 for (int64_t T : { 1, 5, 300 }) {

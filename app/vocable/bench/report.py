@@ -74,7 +74,7 @@ def print_report(rep: dict) -> None:
     device = rep.get("device") or {}
     if device.get("in_use", "cpu") != "cpu":
         software = "llvmpipe" in device.get("description", "") or "lavapipe" in device.get("description", "")
-        print(f"  talker, code predictor and codec decoder on {device['in_use']} ({device.get('description', '')})" +
+        print(f"  talker, code predictor, codec decoder and speaker encoder on {device['in_use']} ({device.get('description', '')})" +
               (": a software driver, so these figures show correctness, not a GPU's speed" if software else ""))
     elif device.get("fallback"):
         print(f"  {device['asked']} is not in use, the CPU runs it: {device['fallback']}")

@@ -63,8 +63,9 @@ class Engine:
         id from `vocable.engine.devices()` ("vulkan:0"); one that is missing or fails to start
         leaves them on the CPU (`device_fallback` says why), and one that runs out of memory for a
         request before its first audio hands that request and the ones after it to the CPU
-        (`device` and `device_fallback` change when the request ends). The voice's stages
-        (speaker and codec encoders) run on the CPU."""
+        (`device` and `device_fallback` change when the request ends). Of the voice's stages, the
+        speaker encoder runs on the device too; the codec encoder stays on the CPU, whose exact
+        f32 products keep the reference codes' near-ties as the reference decides them."""
         path = Path(model_path)
         if not path.is_file():
             raise ModelError(f"model file not found: {path}" + (" (it is a folder: convert it first with "
