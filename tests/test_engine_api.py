@@ -425,6 +425,13 @@ def test_a_cached_prefill_gives_the_same_output_as_a_computed_one(converted, cap
             cached = [engine.synthesize(t, voice, "English", greedy=True, max_frames=6).result() for t in texts]
     reuse = _prefill_reuse(caplog.records)
     assert reuse[0][1] == reuse[1][1] == 0 and reuse[2][1] == reuse[2][0] > 0, reuse
+    # in-context: the decoder primed with the voice's reference once, its state reused for any text
+    primed = [r.getMessage() for r in caplog.records if "codec decoder primed with" in r.getMessage()]
+    if mode == "icl":
+        assert len(primed) == 3 and [line.endswith("(its state from the cache)") for line in primed] == \
+            [False, True, True], primed
+    else:
+        assert primed == []
     for text, got in zip(texts, cached):
         with Engine(path, threads=2) as fresh:
             want = fresh.synthesize(text, voice, "English", greedy=True, max_frames=6).result()
@@ -440,3 +447,16 @@ def test_forgotten_prompts_are_computed_again(converted, caplog):
             again = engine.synthesize("Hello world.", voice, greedy=True, max_frames=4).result()
     assert [cached for _, cached in _prefill_reuse(caplog.records)] == [0, 0]
     assert np.array_equal(first.audio, again.audio)
+
+
+def test_forgotten_prompts_prime_the_decoder_again(converted, caplog):
+    from conftest import manifest
+    voice = Voice(reference("0.6b", "speaker_embedding"), reference("0.6b", "ref_codes"), manifest("0.6b")["ref_text"])
+    with caplog.at_level(logging.INFO, logger="vocable.engine"):
+        with Engine(converted("0.6b", "q8_0"), threads=1) as engine:
+            first = engine.synthesize("Hello world.", voice, greedy=True, max_frames=4).result()
+            engine.forget_prompts()
+            again = engine.synthesize("Good morning.", voice, greedy=True, max_frames=4).result()
+    primed = [r.getMessage() for r in caplog.records if "codec decoder primed with" in r.getMessage()]
+    assert len(primed) == 2 and not any(line.endswith("(its state from the cache)") for line in primed), primed
+    assert first.mode == again.mode == "in-context"

@@ -265,8 +265,9 @@ QT_API const char * qt_device_fallback(const qt_context * ctx);
 
 /* The context keeps its last few talker prefills: a request whose prompt equals one of them
  * (same voice, language and text, any seed) restores it instead of computing it, with the same
- * output. This forgets them (to time a new prompt, or to free their memory, at most 64 MiB).
- * Not while a synthesis runs on the context. NULL is a no-op. */
+ * output; and the codec decoder's state primed with its last few in-context references (same
+ * voice, any text), likewise. This forgets both (to time a new prompt, or to free their memory,
+ * at most 64 and 32 MiB). Not while a synthesis runs on the context. NULL is a no-op. */
 QT_API void qt_forget_prompts(qt_context * ctx);
 
 /* Shortest and longest reference clip the engine accepts, in samples at 24 kHz. */

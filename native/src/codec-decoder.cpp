@@ -360,6 +360,16 @@ codec_stream::codec_stream(const codec_decoder & decoder) : dec_(decoder) {
     }
 }
 
+size_t codec_stream::bytes() const {
+    size_t floats = 0;
+    for (const auto * state : { &k_cache_, &v_cache_, &history_ }) {
+        for (const std::vector<float> & v : *state) {
+            floats += v.size();
+        }
+    }
+    return floats * sizeof(float);
+}
+
 void codec_decoder::reserve(const compute_backend & backend, int64_t max_chunk) const {
     codec_stream               stream(*this);
     const std::vector<int32_t> codes(size_t(max_chunk * hp_.n_quantizers), 0);

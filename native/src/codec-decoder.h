@@ -42,6 +42,8 @@ public:
     explicit codec_stream(const codec_decoder & decoder);
 
     int64_t frames() const { return frames_; }
+    // What its state holds (the transformer's window and the convolutions' histories).
+    size_t  bytes() const;
 
     // Decodes the next n_frames frames ([n_frames * n_quantizers], frame-major) and returns their
     // n_frames * frame_samples samples, on `backend`: the CPU, or the device the stream's decoder

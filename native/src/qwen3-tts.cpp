@@ -66,6 +66,7 @@ struct qt_context {
     // built on the first request; declared after what it uses (the device): destroyed before it
     std::unique_ptr<qt::code_predictor_state> predictor_state;
     qt::prefill_cache                 prefills;
+    qt::primed_stream_cache           primed;  // of the CPU's decoder or the device's
     std::vector<std::string>          language_names;  // parallel to prompts.language_ids()
     int32_t                           eos_id = 0;
     qt_model_info                     info{};
@@ -241,6 +242,7 @@ namespace {
 // Frees everything the context keeps on its device (a code predictor state built there, the
 // talker's and the code predictor's weights, the backend): the CPU runs them from then on.
 void release_device(qt_context & ctx) {
+    ctx.primed.clear();  // some may be the device decoder's
     ctx.predictor_state.reset();
     ctx.device_predictor = qt::code_predictor();
     ctx.device_decoder = qt::codec_decoder();
@@ -401,6 +403,7 @@ void qt_free(qt_context * ctx) {
 void qt_forget_prompts(qt_context * ctx) {
     if (ctx) {
         ctx->prefills.clear();
+        ctx->primed.clear();
     }
 }
 
@@ -667,7 +670,8 @@ qt::code_predictor_state & predictor_for(qt_context * ctx, int max_batch) {
 // there is one.
 qt::synthesis_models models_for(qt_context * ctx, int max_batch) {
     return { ctx->device ? ctx->device_talker : ctx->talker, ctx->prompts, predictor_for(ctx, max_batch),
-             ctx->device_decoder.loaded() ? ctx->device_decoder : ctx->codec_dec, &ctx->prefills, ctx->device.get(),
+             ctx->device_decoder.loaded() ? ctx->device_decoder : ctx->codec_dec, &ctx->prefills, &ctx->primed,
+             ctx->device.get(),
              ctx->device_decoder.loaded() ? ctx->device.get() : nullptr };
 }
 

@@ -54,6 +54,33 @@ void prefill_cache::put(talker_prefix && prefix) {
     }
 }
 
+const codec_stream * primed_stream_cache::find(const codec_decoder & decoder, const int32_t * codes,
+                                               int64_t n_codes) const {
+    for (const entry & e : entries_) {
+        if (e.decoder == &decoder && int64_t(e.codes.size()) == n_codes &&
+            std::equal(e.codes.begin(), e.codes.end(), codes)) {
+            return &e.stream;
+        }
+    }
+    return nullptr;
+}
+
+void primed_stream_cache::put(const codec_decoder & decoder, const int32_t * codes, int64_t n_codes,
+                              const codec_stream & stream) {
+    entries_.remove_if([&](const entry & e) {
+        return e.decoder == &decoder && int64_t(e.codes.size()) == n_codes && std::equal(e.codes.begin(), e.codes.end(), codes);
+    });
+    entries_.push_front({ &decoder, std::vector<int32_t>(codes, codes + n_codes), stream });
+    size_t total = 0;
+    for (const entry & e : entries_) {
+        total += e.stream.bytes() + e.codes.size() * sizeof(int32_t);
+    }
+    while (entries_.size() > 1 && (entries_.size() > k_max_entries || total > k_max_bytes)) {
+        total -= entries_.back().stream.bytes() + entries_.back().codes.size() * sizeof(int32_t);
+        entries_.pop_back();
+    }
+}
+
 namespace {
 
 // One request on its way: its prompt, sampler, decoder state and result so far.
@@ -76,6 +103,7 @@ struct track {
     double t_start_ms = 0, t_prompt = 0, t_prefill = 0, t_prime = 0, t_first_frame = 0, t_first_audio = 0,
            t_decode = 0;
     int64_t reused = 0;
+    bool    prime_reused = false;
 };
 
 // Requests through one talker state and one code predictor, up to `width` at a time. `batch`:
@@ -141,11 +169,24 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
         }
         t->t_prefill = ms_since(t0);
         t->sampler = std::make_unique<talker_sampler>(t->req->talker);
-        t->audio = std::make_unique<codec_stream>(m.decoder);
-        if (t->req->n_prime_frames > 0) {
-            const auto tp = clock::now();
-            t->audio->prime(m.decoding ? *m.decoding : backend, t->req->prime_codes, t->req->n_prime_frames);
-            t->t_prime = ms_since(tp);
+        const int32_t * prime_codes = t->req->prime_codes;
+        const int64_t   n_prime_codes = t->req->n_prime_frames * n_books;
+        const codec_stream * primed = use_cache && m.primed && n_prime_codes > 0
+                                          ? m.primed->find(m.decoder, prime_codes, n_prime_codes)
+                                          : nullptr;
+        if (primed) {
+            t->audio = std::make_unique<codec_stream>(*primed);
+            t->prime_reused = true;
+        } else {
+            t->audio = std::make_unique<codec_stream>(m.decoder);
+            if (n_prime_codes > 0) {
+                const auto tp = clock::now();
+                t->audio->prime(m.decoding ? *m.decoding : backend, prime_codes, t->req->n_prime_frames);
+                t->t_prime = ms_since(tp);
+                if (use_cache && m.primed) {
+                    m.primed->put(m.decoder, prime_codes, n_prime_codes, *t->audio);
+                }
+            }
         }
         t->result.n_codebooks = n_books;
         t->next_width = t->req->on_chunk ? 1 : std::max<int64_t>(t->req->chunk_frames, 1);
@@ -205,8 +246,9 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
                         (long long) r.n_frames, r.reached_eos ? " (EOS)" : " (frame cap)", t_talker / frames,
                         t_predictor / frames, wall_ms);
             if (t.req->n_prime_frames > 0) {
-                QT_LOG_INFO("[Perf] codec decoder primed with %lld reference frames: %.1f ms",
-                            (long long) t.req->n_prime_frames, t.t_prime);
+                QT_LOG_INFO("[Perf] codec decoder primed with %lld reference frames: %.1f ms%s",
+                            (long long) t.req->n_prime_frames, t.t_prime,
+                            t.prime_reused ? " (its state from the cache)" : "");
             }
             QT_LOG_INFO("[Perf] codec decode: %.1f ms per second of audio (%lld frames in %lld chunks)",
                         audio_s > 0.0 ? t.t_decode / audio_s : 0.0, (long long) r.n_frames, (long long) t.n_chunks);

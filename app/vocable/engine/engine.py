@@ -268,9 +268,10 @@ class Engine:
             raise VocableError(f"cannot decode: {e.args[0]}") from e
 
     def forget_prompts(self) -> None:
-        """Drops the engine's cached prompts, so that the next synthesis computes its prefill
-        even for a prompt it has seen (the bench times a new prompt this way). Waits for a
-        running synthesis to end."""
+        """Drops the engine's cached prompts and primed decoder states, so that the next
+        synthesis computes its prefill (and, in-context, primes the decoder with the reference)
+        even for a prompt or voice it has seen (the bench times a new prompt this way). Waits for
+        a running synthesis to end."""
         with self._lock:
             self._ctx.forget_prompts()
 
