@@ -233,6 +233,28 @@ def test_a_device_out_of_memory_hands_the_request_to_the_cpu(converted):
     assert "vulkan:0: the codec decoder stays on the CPU (not enough memory" in proc.stderr, proc.stderr[-3000:]
 
 
+def test_a_clip_too_long_for_the_device_is_embedded_on_the_cpu(converted):
+    """The speaker encoder's graph for the 10 s reference does not fit the small device: that
+    embedding runs on the CPU, with the CPU's result, and the engine keeps its device."""
+    needs_vulkan_module()
+    needs_lavapipe(computing=True)
+    script = ("import json, sys\nimport soundfile as sf\nfrom vocable import Engine\n"
+              "samples, rate = sf.read(sys.argv[2], dtype='float32')\n"
+              "with Engine(sys.argv[1], threads=2) as cpu, Engine(sys.argv[1], threads=2, device='vulkan:0') as dev:\n"
+              "    a, b = cpu.embed_voice(samples, rate), dev.embed_voice(samples, rate)\n"
+              "    print(json.dumps([dev.device, bool((a.speaker_embedding == b.speaker_embedding).all()),"
+              " bool((a.codes == b.codes).all())]))")
+    proc = subprocess.run([sys.executable, "-c", script, str(converted("0.6b", "f32")),
+                           str(fixture_dir("0.6b") / "reference" / "ref_24k.wav")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0", "GGML_VK_FORCE_MAX_BUFFER_SIZE": "200000",
+                               "GGML_VK_SUBALLOCATION_BLOCK_SIZE": "200000"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["vulkan:0", True, True], proc.stdout
+    assert "vulkan:0: the speaker embedding runs on the CPU (not enough memory" in proc.stderr, proc.stderr[-3000:]
+    assert "from now on" not in proc.stderr, proc.stderr[-3000:]
+
+
 def test_a_device_without_room_for_the_weights_leaves_the_engine_on_the_cpu(converted):
     needs_vulkan_module()
     needs_lavapipe(computing=True)

@@ -444,7 +444,8 @@ qt_status qt_extract_voice_ref(qt_context * ctx, const float * pcm_24k, int32_t 
     qt_voice_ref result{};
     const qt_status status = guarded([&] {
         // The speaker encoder on the device where it is there; a long clip that does not fit its
-        // memory is embedded on the CPU instead, for this call alone.
+        // memory is embedded on the CPU instead, for this call alone, and a device that fails
+        // otherwise (an op its backend lacks) leaves the embedding to the CPU from then on.
         auto t0 = std::chrono::steady_clock::now();
         const std::vector<float> mel = ctx->mel.compute(pcm_24k, n_samples, ctx->dumper);
         const int64_t n_mel_frames = qt::mel_frontend::n_frames(n_samples);
@@ -455,10 +456,15 @@ qt_status qt_extract_voice_ref(qt_context * ctx, const float * pcm_24k, int32_t 
                 embedding = ctx->device_speaker.embed(*ctx->device, ctx->dumper, mel, n_mel_frames);
                 embedded_on_device = true;
             } catch (const qt::error & e) {
-                if (e.status != QT_STATUS_OUT_OF_MEMORY) {
+                if (e.status == QT_STATUS_CANCELLED) {
                     throw;
                 }
-                QT_LOG_WARN("%s: the speaker embedding runs on the CPU (%s)", ctx->device_id.c_str(), e.what());
+                const bool for_good = e.status != QT_STATUS_OUT_OF_MEMORY;
+                QT_LOG_WARN("%s: the speaker embedding runs on the CPU%s (%s)", ctx->device_id.c_str(),
+                            for_good ? " from now on" : "", e.what());
+                if (for_good) {
+                    ctx->device_speaker = qt::speaker_encoder();
+                }
             }
         }
         if (!embedded_on_device) {
