@@ -414,7 +414,9 @@ def _prefill_reuse(records) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("mode", ["xvec", "icl"])
 def test_a_cached_prefill_gives_the_same_output_as_a_computed_one(converted, caplog, weight_type, mode):
     """The same prompt again (voice, language, text) restores its prefill from the cache, another
-    text computes its own; the output is bit for bit what a fresh engine computes."""
+    text computes its own; in-context, every request after the first starts from the decoder
+    state primed with the voice's reference; the output is bit for bit what a fresh engine
+    computes."""
     from conftest import manifest
     path = converted("0.6b", weight_type)
     voice = Voice(reference("0.6b", "speaker_embedding"), reference("0.6b", "ref_codes"),
@@ -447,6 +449,39 @@ def test_forgotten_prompts_are_computed_again(converted, caplog):
             again = engine.synthesize("Hello world.", voice, greedy=True, max_frames=4).result()
     assert [cached for _, cached in _prefill_reuse(caplog.records)] == [0, 0]
     assert np.array_equal(first.audio, again.audio)
+
+
+def test_another_reference_primes_the_decoder_anew(converted, caplog):
+    """The primed states are kept per reference: a voice with other reference codes (here the
+    first half of them) primes its own, and each voice's audio is what a fresh engine gives it."""
+    from conftest import manifest
+    codes, ref_text = reference("0.6b", "ref_codes"), manifest("0.6b")["ref_text"]
+    voices = [Voice(reference("0.6b", "speaker_embedding"), c, ref_text) for c in (codes, codes[: len(codes) // 2])]
+    order = [0, 1, 0, 1]
+    with caplog.at_level(logging.INFO, logger="vocable.engine"):
+        with Engine(converted("0.6b", "q8_0"), threads=2) as engine:
+            got = [engine.synthesize(f"Sentence {i}.", voices[v], "English", greedy=True, max_frames=4).result()
+                   for i, v in enumerate(order)]
+    primed = [r.getMessage() for r in caplog.records if "codec decoder primed with" in r.getMessage()]
+    assert [line.endswith("(its state from the cache)") for line in primed] == [False, False, True, True], primed
+    assert [f"with {len(voices[v].codes)} reference frames" in line for v, line in zip(order, primed)] == [True] * 4
+    for i, v in enumerate(order):
+        with Engine(converted("0.6b", "q8_0"), threads=2) as fresh:
+            want = fresh.synthesize(f"Sentence {i}.", voices[v], "English", greedy=True, max_frames=4).result()
+        assert np.array_equal(got[i].audio, want.audio), i
+
+
+def test_the_primed_states_kept_are_the_last_four_references(converted, caplog):
+    from conftest import manifest
+    codes, ref_text = reference("0.6b", "ref_codes"), manifest("0.6b")["ref_text"]
+    voices = [Voice(reference("0.6b", "speaker_embedding"), codes[: len(codes) - i], ref_text) for i in range(5)]
+    order = [0, 1, 2, 3, 4, 1, 0]   # 0 has made way for 4 by then; 1 is still there
+    with caplog.at_level(logging.INFO, logger="vocable.engine"):
+        with Engine(converted("0.6b", "q8_0"), threads=2) as engine:
+            for v in order:
+                engine.synthesize("Hello.", voices[v], "English", greedy=True, max_frames=2).result()
+    primed = [r.getMessage() for r in caplog.records if "codec decoder primed with" in r.getMessage()]
+    assert [line.endswith("(its state from the cache)") for line in primed] == [False] * 5 + [True, False], primed
 
 
 def test_forgotten_prompts_prime_the_decoder_again(converted, caplog):

@@ -103,12 +103,15 @@ typedef struct qt_init_params {
     int32_t         share_cores;   /* nonzero (default): run each computation on as many of the
                                       n_threads as other processes leave cores free, measured
                                       every quarter second (Linux); 0: always n_threads */
-    const char *    device;        /* where the talker and the code predictor run (ABI 6): NULL or
+    const char *    device;        /* where the talker, the code predictor, the codec decoder and
+                                      the speaker encoder run (ABI 6): NULL or
                                       "cpu" (default), "auto" (the best GPU qt_get_device lists:
                                       discrete before integrated, then more memory; else the CPU) or a qt_device_info.id ("vulkan:0"). A device
                                       that is not found or fails to start leaves them on the CPU,
                                       with a warning in the log; qt_device_in_use says where they
-                                      run. The other stages run on the CPU. */
+                                      run. The decoder and the speaker encoder stay on the CPU
+                                      where the device has no room for them; the codec encoder
+                                      and the prompt's embeddings always run there. */
 } qt_init_params;
 
 /* What a loaded model is; filled by qt_get_model_info(). */
@@ -258,7 +261,8 @@ QT_API void qt_free(qt_context * ctx);
 /* Returns QT_STATUS_OK, or QT_STATUS_INVALID_PARAMS on NULL arguments. */
 QT_API qt_status qt_get_model_info(const qt_context * ctx, qt_model_info * out);
 
-/* Where the context's talker and code predictor run: "cpu" or a qt_device_info.id; and, when the
+/* Where the context's talker and code predictor run (and the stages listed at
+ * qt_init_params.device): "cpu" or a qt_device_info.id; and, when the
  * device asked for is not in use, why ("" otherwise). Both live as long as the context. */
 QT_API const char * qt_device_in_use(const qt_context * ctx);
 QT_API const char * qt_device_fallback(const qt_context * ctx);

@@ -84,7 +84,8 @@ constexpr int k_group_outputs = 128; // outputs of one work item
 // 9-position talker prefill (150-178 against 166-224 ms, measured side by side).
 constexpr int k_min_frames_f16 = 8;
 constexpr int k_min_frames_q8_0 = 32;
-// Fewest columns that ggml-vulkan's matrix kernel takes (mul_mat_vec_max_cols is 8).
+// Fewest columns that ggml-vulkan's matrix kernel takes for an unbatched x (mul_mat_vec_max_cols
+// is 8).
 constexpr int64_t k_device_matrix_min_cols = 9;
 
 // y[i][0..nv) += x[i] . wp over kc for MR frames; x rows at stride ldx, wp packed [kc][16].
@@ -645,14 +646,20 @@ ggml_tensor * pad_frames_standard(ggml_context * ctx, ggml_tensor * x, int64_t l
     const auto source = [&](int64_t src) {
         return mode == pad_mode::replicate ? (src < 0 ? 0 : T - 1) : (src < 0 ? -src : 2 * (T - 1) - src);
     };
-    ggml_tensor * y = nullptr;
-    const auto append = [&](ggml_tensor * part) { y = y ? ggml_concat(ctx, y, part, 1) : part; };
-    for (int64_t src = -left; src < 0; ++src) {
-        append(frame(source(src)));
+    // each edge gathered on its own, then one copy of x between them
+    const auto edge = [&](int64_t from, int64_t to) {
+        ggml_tensor * e = nullptr;
+        for (int64_t src = from; src < to; ++src) {
+            e = e ? ggml_concat(ctx, e, frame(source(src)), 1) : frame(source(src));
+        }
+        return e;
+    };
+    ggml_tensor * y = x;
+    if (left > 0) {
+        y = ggml_concat(ctx, edge(-left, 0), y, 1);
     }
-    append(x);
-    for (int64_t src = T; src < T + right; ++src) {
-        append(frame(source(src)));
+    if (right > 0) {
+        y = ggml_concat(ctx, y, edge(T, T + right), 1);
     }
     return y;
 }
@@ -742,13 +749,13 @@ ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_t
         w = ggml_is_contiguous(w) ? w : ggml_cont(ctx, w);
         x = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
     }
-    // A device's matrix kernel over any width sums each output in the same order; ggml-vulkan
-    // runs products of up to 8 columns through a matrix-vector kernel instead, which sums in
-    // another, and the codec decoder's snake activations amplify that difference until streamed
-    // chunks no longer match one pass (30.7 dB on lavapipe). Zero columns up to the matrix
-    // kernel's width keep every chunk width on one kernel: chunks then join to one pass exactly.
+    // ggml-vulkan runs a product of up to 8 columns (of 1 column where x is batched) through a
+    // matrix-vector kernel, which sums in another order than its matrix kernel, and the codec
+    // decoder's snake activations amplify that difference until streamed chunks no longer match
+    // one pass (30.7 dB on lavapipe). Zero columns up to the matrix kernel's width keep every
+    // chunk width on the matrix kernel: on lavapipe, chunks then join to one pass exactly.
     const int64_t n_cols = x->ne[1];
-    if (t_standard_ops && n_cols < k_device_matrix_min_cols) {
+    if (t_standard_ops && n_cols < k_device_matrix_min_cols && (n_cols == 1 || x->ne[2] == 1)) {
         x = ggml_pad(ctx, x, 0, int(k_device_matrix_min_cols - n_cols), 0, 0);
     }
     ggml_tensor * y = ggml_mul_mat(ctx, w, x);

@@ -236,13 +236,13 @@ qt_init_params qt_init_default_params(void) {
 
 namespace {
 
-// Puts the talker and the code predictor on `wanted` ("cpu", "auto" or a device id), loading
-// their weights there; a device that is missing or fails to start leaves them on the CPU, said
-// in the log and in ctx.device_fallback. A malformed name is an error.
 // Frees everything the context keeps on its device (a code predictor state built there, the
-// talker's and the code predictor's weights, the backend): the CPU runs them from then on.
+// weights of the talker, the code predictor, the codec decoder and the speaker encoder, the
+// backend) and forgets the cached prefills and primed decoder states, which may be the device's:
+// the CPU runs everything from then on, with the CPU's output.
 void release_device(qt_context & ctx) {
-    ctx.primed.clear();  // some may be the device decoder's
+    ctx.prefills.clear();
+    ctx.primed.clear();
     ctx.predictor_state.reset();
     ctx.device_predictor = qt::code_predictor();
     ctx.device_decoder = qt::codec_decoder();
@@ -254,6 +254,10 @@ void release_device(qt_context & ctx) {
     ctx.device_id = "cpu";
 }
 
+// Puts the talker, the code predictor and, where they fit, the codec decoder and the speaker
+// encoder on `wanted` ("cpu", "auto" or a device id), loading their weights there; a device that is
+// missing or fails to start leaves them on the CPU, said in the log and in ctx.device_fallback. A
+// malformed name is an error.
 void start_device(qt_context & ctx, const char * model_path, const std::string & wanted, int64_t max_chunk_frames) {
     if (wanted == "cpu") {
         return;

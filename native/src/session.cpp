@@ -123,6 +123,7 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
     const int n_books = m.prompts.n_codebooks();
     const int64_t frame_samples = m.decoder.hparams().frame_samples;
     const bool use_cache = m.prefills && !dumper.enabled();  // a dump shows every prefill stage
+    const bool keep_primed = m.primed && !dumper.enabled();
 
     // The prompts first: their lengths size the cache.
     std::vector<prompt> prompts;
@@ -171,7 +172,7 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
         t->sampler = std::make_unique<talker_sampler>(t->req->talker);
         const int32_t * prime_codes = t->req->prime_codes;
         const int64_t   n_prime_codes = t->req->n_prime_frames * n_books;
-        const codec_stream * primed = use_cache && m.primed && n_prime_codes > 0
+        const codec_stream * primed = keep_primed && n_prime_codes > 0
                                           ? m.primed->find(m.decoder, prime_codes, n_prime_codes)
                                           : nullptr;
         if (primed) {
@@ -183,7 +184,7 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
                 const auto tp = clock::now();
                 t->audio->prime(m.decoding ? *m.decoding : backend, prime_codes, t->req->n_prime_frames);
                 t->t_prime = ms_since(tp);
-                if (use_cache && m.primed) {
+                if (keep_primed) {
                     m.primed->put(m.decoder, prime_codes, n_prime_codes, *t->audio);
                 }
             }

@@ -483,6 +483,44 @@ void test_mat_vecs(const qt::cpu_backend & backend) {
 // leave partial tiles in every direction (K past one 256-deep panel and not a multiple of 8,
 // frames not a multiple of 6 or 12, outputs not a multiple of 16 or 32), for each weight type
 // the GEMM converts. The vector paths sum in the same order, so they must agree to the bit.
+// dense() as a device's graph builds it (standard ops: narrow products padded with zero frames to
+// ggml-vulkan's matrix kernel, then cut back), here on the CPU: f32 weights, bias and residual,
+// unbatched and batched x, against double sums.
+void test_dense_standard(const qt::cpu_backend & backend) {
+    const qt::standard_ops_scope standard(true);
+    const int64_t K = 40, N = 24;
+    for (int64_t B : { 1, 2 }) {
+        for (int64_t T : { 1, 3, 8, 9 }) {
+            std::mt19937 rng(uint32_t(100 * B + T));
+            const auto x = random_vector(size_t(K * T * B), rng);
+            const auto w = random_vector(size_t(K * N), rng);
+            const auto b = random_vector(size_t(N), rng);
+            const auto r = random_vector(size_t(N * T * B), rng);
+            std::vector<float> want(size_t(N * T * B));
+            for (int64_t i = 0; i < T * B; ++i) {
+                for (int64_t n = 0; n < N; ++n) {
+                    double acc = double(b[size_t(n)]) + double(r[size_t(i * N + n)]);
+                    for (int64_t k = 0; k < K; ++k) {
+                        acc += double(w[size_t(n * K + k)]) * double(x[size_t(i * K + k)]);
+                    }
+                    want[size_t(i * N + n)] = float(acc);
+                }
+            }
+            qt::stage_dumper no_dump;
+            qt::graph_run    run(backend, no_dump, 64);
+            ggml_tensor *    y = qt::dense(run.ctx(), run.input_f32("w", w.data(), { K, N }),
+                                           run.input_f32("x", x.data(), { K, T, B }), run.input_f32("b", b.data(), { N }),
+                                           run.input_f32("r", r.data(), { N, T, B }));
+            run.compute(y);
+            char name[80];
+            snprintf(name, sizeof(name), "dense, standard ops, %lld frames x %lld", (long long) T, (long long) B);
+            check(y->ne[0] == N && y->ne[1] == T && y->ne[2] == B, "%s: shape (%lld, %lld, %lld)", name,
+                  (long long) y->ne[0], (long long) y->ne[1], (long long) y->ne[2]);
+            expect_close(name, run.read_f32(y), want, 2e-5f);
+        }
+    }
+}
+
 void test_dense_paths(const qt::cpu_backend & backend) {
     struct shape {
         int64_t K, T, N;
@@ -658,6 +696,7 @@ int main() {
         printf("kernels: %s (best on this CPU and ggml variant)\n", qt::cpu_kernels_name(qt::cpu_kernels_best()));
         std::vector<std::vector<float>> winograd_avx2;  // the AVX2 path's outputs, to compare with AVX512
         test_dense_paths(backend);
+        test_dense_standard(backend);
         test_packed_dense(backend);
         test_mat_vecs(backend);
         test_elu_pad(backend);
