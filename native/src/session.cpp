@@ -54,11 +54,14 @@ void prefill_cache::put(talker_prefix && prefix) {
     }
 }
 
+bool primed_stream_cache::entry::holds(const codec_decoder & d, const int32_t * c, int64_t n) const {
+    return decoder == &d && int64_t(codes.size()) == n && std::equal(codes.begin(), codes.end(), c);
+}
+
 const codec_stream * primed_stream_cache::find(const codec_decoder & decoder, const int32_t * codes,
                                                int64_t n_codes) const {
     for (const entry & e : entries_) {
-        if (e.decoder == &decoder && int64_t(e.codes.size()) == n_codes &&
-            std::equal(e.codes.begin(), e.codes.end(), codes)) {
+        if (e.holds(decoder, codes, n_codes)) {
             return &e.stream;
         }
     }
@@ -67,16 +70,14 @@ const codec_stream * primed_stream_cache::find(const codec_decoder & decoder, co
 
 void primed_stream_cache::put(const codec_decoder & decoder, const int32_t * codes, int64_t n_codes,
                               const codec_stream & stream) {
-    entries_.remove_if([&](const entry & e) {
-        return e.decoder == &decoder && int64_t(e.codes.size()) == n_codes && std::equal(e.codes.begin(), e.codes.end(), codes);
-    });
+    entries_.remove_if([&](const entry & e) { return e.holds(decoder, codes, n_codes); });
     entries_.push_front({ &decoder, std::vector<int32_t>(codes, codes + n_codes), stream });
     size_t total = 0;
     for (const entry & e : entries_) {
-        total += e.stream.bytes() + e.codes.size() * sizeof(int32_t);
+        total += e.bytes();
     }
     while (entries_.size() > 1 && (entries_.size() > k_max_entries || total > k_max_bytes)) {
-        total -= entries_.back().stream.bytes() + entries_.back().codes.size() * sizeof(int32_t);
+        total -= entries_.back().bytes();
         entries_.pop_back();
     }
 }
@@ -124,6 +125,7 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
     const int64_t frame_samples = m.decoder.hparams().frame_samples;
     const bool use_cache = m.prefills && !dumper.enabled();  // a dump shows every prefill stage
     const bool keep_primed = m.primed && !dumper.enabled();
+    const compute_backend & decoding = m.decoding ? *m.decoding : backend;
 
     // The prompts first: their lengths size the cache.
     std::vector<prompt> prompts;
@@ -182,7 +184,7 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
             t->audio = std::make_unique<codec_stream>(m.decoder);
             if (n_prime_codes > 0) {
                 const auto tp = clock::now();
-                t->audio->prime(m.decoding ? *m.decoding : backend, prime_codes, t->req->n_prime_frames);
+                t->audio->prime(decoding, prime_codes, t->req->n_prime_frames);
                 t->t_prime = ms_since(tp);
                 if (keep_primed) {
                     m.primed->put(m.decoder, prime_codes, n_prime_codes, *t->audio);
@@ -208,8 +210,7 @@ std::vector<synthesis_result> run_requests(const cpu_backend & backend, const st
         }
         const auto      td = clock::now();
         const int32_t * codes = r.codes.data() + t.decoded * n_books;
-        const std::vector<float> pcm =
-            pending > 0 ? t.audio->decode(m.decoding ? *m.decoding : backend, dumper, codes, pending) : std::vector<float>();
+        const std::vector<float> pcm = pending > 0 ? t.audio->decode(decoding, dumper, codes, pending) : std::vector<float>();
         t.t_decode += ms_since(td);
         r.pcm.insert(r.pcm.end(), pcm.begin(), pcm.end());
         if (pending > 0 && t.n_chunks++ == 0) {

@@ -90,6 +90,9 @@ private:
         const codec_decoder * decoder;
         std::vector<int32_t>  codes;
         codec_stream          stream;
+
+        bool   holds(const codec_decoder & d, const int32_t * c, int64_t n) const;
+        size_t bytes() const { return stream.bytes() + codes.size() * sizeof(int32_t); }
     };
     std::list<entry> entries_;
 };

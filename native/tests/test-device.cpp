@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,20 @@ double residual_db(const std::vector<float> & got, const std::vector<float> & wa
 }
 
 // The codec decoder loaded from each side's loader: stages, priming and streaming.
+// The stages the CPU and the device dumped into their folders, each at cosine >= k_min_cosine;
+// the folders are removed afterwards.
+void compare_stages(const std::string & cpu_dir, const std::string & dev_dir, const char * component,
+                    std::initializer_list<const char *> stages) {
+    for (const char * stage : stages) {
+        const test::npy_array a = test::npy_read(cpu_dir + "/" + stage + ".npy");
+        const test::npy_array b = test::npy_read(dev_dir + "/" + stage + ".npy");
+        const double          c = a.shape == b.shape ? cosine(a.f32, b.f32) : 0.0;
+        check(c >= k_min_cosine, "%s stage %s on the device: cosine %.6f", component, stage, c);
+    }
+    test::remove_dir(cpu_dir);
+    test::remove_dir(dev_dir);
+}
+
 void compare_decoders(qt::model_loader & cpu_loader, qt::model_loader & dev_loader, const qt::cpu_backend & cpu,
                       const qt::device_backend & dev) {
     qt::codec_decoder dc, dd;
@@ -75,15 +90,9 @@ void compare_decoders(qt::model_loader & cpu_loader, qt::model_loader & dev_load
     qt::codec_stream  sc(dc), sd(dd);
     sc.decode(cpu, qt::stage_dumper(cpu_dir), codes.data(), frames);  // for the stage dumps
     sd.decode(dev, qt::stage_dumper(dev_dir), codes.data(), frames);
-    for (const char * stage : { "dec_quantized", "dec_pre_conv", "dec_pre_transformer", "dec_upsample0", "dec_upsample",
-                                "dec_conv_in", "dec_block0", "dec_block1", "dec_block2", "dec_block3", "dec_wav" }) {
-        const test::npy_array a = test::npy_read(cpu_dir + "/" + stage + ".npy");
-        const test::npy_array b = test::npy_read(dev_dir + "/" + stage + ".npy");
-        const double          c = a.shape == b.shape ? cosine(a.f32, b.f32) : 0.0;
-        check(c >= k_min_cosine, "decoder stage %s on the device: cosine %.6f", stage, c);
-    }
-    test::remove_dir(cpu_dir);
-    test::remove_dir(dev_dir);
+    compare_stages(cpu_dir, dev_dir, "decoder",
+                   { "dec_quantized", "dec_pre_conv", "dec_pre_transformer", "dec_upsample0", "dec_upsample",
+                     "dec_conv_in", "dec_block0", "dec_block1", "dec_block2", "dec_block3", "dec_wav" });
 
     // the engine's chunks, joined, against one pass (both in the 8-frame slices of the convolutions)
     qt::codec_stream         whole(dd), chunked(dd);
@@ -126,14 +135,8 @@ void compare_speaker_encoders(qt::model_loader & cpu_loader, qt::model_loader & 
     const std::string        cpu_dir = test::make_temp_dir(), dev_dir = test::make_temp_dir();
     const std::vector<float> emb_c = sc.embed(cpu, qt::stage_dumper(cpu_dir), m, n_mel);
     const std::vector<float> emb_d = sd.embed(dev, qt::stage_dumper(dev_dir), m, n_mel);
-    for (const char * stage : { "spk_block0", "spk_block1", "spk_block2", "spk_block3", "spk_mfa", "spk_asp" }) {
-        const test::npy_array a = test::npy_read(cpu_dir + "/" + stage + ".npy");
-        const test::npy_array b = test::npy_read(dev_dir + "/" + stage + ".npy");
-        const double          c = a.shape == b.shape ? cosine(a.f32, b.f32) : 0.0;
-        check(c >= k_min_cosine, "speaker encoder stage %s on the device: cosine %.6f", stage, c);
-    }
-    test::remove_dir(cpu_dir);
-    test::remove_dir(dev_dir);
+    compare_stages(cpu_dir, dev_dir, "speaker encoder",
+                   { "spk_block0", "spk_block1", "spk_block2", "spk_block3", "spk_mfa", "spk_asp" });
     check(emb_c.size() == emb_d.size() && cosine(emb_c, emb_d) >= k_min_cosine,
           "speaker embedding on the device: cosine %.6f", cosine(emb_c, emb_d));
 }
