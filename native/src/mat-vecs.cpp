@@ -49,6 +49,10 @@ void convert_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
 }
 
 
+// A product's share of thread ith of nth, its columns already in the weight's dot type.
+using rows_kernel = void (*)(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith,
+                             int nth);
+
 #ifdef QT_MATVEC_X86
 
 // ggml's q4_K and q8_K blocks (ggml-common.h, which ggml does not install), checked against
@@ -66,7 +70,19 @@ struct block_q8_k {
 };
 static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q8_k) == 292, "ggml's block layouts");
 
+constexpr int k_q8_0 = 32;
+struct block_q8_0 {
+    uint16_t d;  // f16
+    int8_t   qs[k_q8_0];
+};
+static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
+
 constexpr int k_max_columns = 32;
+
+// How far ahead of the block in hand the row kernels ask for weights: a thread's rows are one
+// contiguous range, and a lone column leaves the kernel waiting on memory without it (the
+// talker's q4_K step, Intel Xeon: 12.2 -> 10.2 ms at 4 KiB, 1 and 2 KiB gave less).
+constexpr int k_prefetch_bytes = 4096;
 
 // (always inlined: the AVX512 kernels below call it too)
 __attribute__((always_inline, target("avx2,fma,f16c"))) inline float hsum_float_8(__m256 x) {
@@ -77,133 +93,151 @@ __attribute__((always_inline, target("avx2,fma,f16c"))) inline float hsum_float_
     return _mm_cvtss_f32(res);
 }
 
-// One q4_K row against `cols` q8_K columns: out[c] is bit for bit ggml_vec_dot_q4_K_q8_K (its
-// AVX2 path, which every ggml variant with AVX2 runs) of the row and column c. The row's nibbles
-// and scales are unpacked once per block for all the columns; each column then takes the same
-// integer sums (exact, so in any order) and the same float operations in the same order.
-// q8s + (c * nb + i) * 8: the eight 32-value sums of column c's block i, as that function forms them.
-QT_MATVEC_AVX2 void q4k_row_dot_columns(const block_q4_k * x, int nb, const block_q8_k * const * ys,
-                                        const int16_t * q8s, int cols, float * out) {
-    __m256 acc[k_max_columns];
-    __m128 acc_m[k_max_columns];
-    for (int c = 0; c < cols; ++c) {
-        acc[c] = _mm256_setzero_ps();
-        acc_m[c] = _mm_setzero_ps();
+// The row kernels below take `COLS` columns, or any number up to k_max_columns for COLS 0: a
+// fixed count keeps each column's sums in registers.
+
+// One q4_K row against the q8_K columns: out[c] is bit for bit ggml_vec_dot_q4_K_q8_K (its AVX2
+// path, which every ggml variant with AVX2 runs) of the row and column c. The row's nibbles and
+// scales are unpacked once per block for all the columns; each column then takes the same
+// integer lanes (exact, so formed by any instructions in any order) and the same float
+// operations in the same order. q8s + (c * nb + i) * 8: the eight 32-value sums of column c's
+// block i, as that function forms them. ADD_SCALED adds `pairs`, the 16-bit sums of byte pairs,
+// times the sub-block's scale[h] to the 32-bit lanes of sumi; TARGET names the instruction sets
+// it needs.
+#define QT_Q4K_ROW_DOT(NAME, TARGET, ADD_SCALED)                                                                 \
+    template <int COLS>                                                                                          \
+    __attribute__((target(TARGET))) void NAME(const block_q4_k * x, int nb, const block_q8_k * const * ys,      \
+                                              const int16_t * q8s, int n_cols, float * out) {                    \
+        const int cols = COLS ? COLS : n_cols;                                                                   \
+        __m256    acc[COLS ? COLS : k_max_columns];                                                              \
+        __m128    acc_m[COLS ? COLS : k_max_columns];                                                            \
+        for (int c = 0; c < cols; ++c) {                                                                         \
+            acc[c] = _mm256_setzero_ps();                                                                        \
+            acc_m[c] = _mm_setzero_ps();                                                                         \
+        }                                                                                                        \
+        const __m256i      m4 = _mm256_set1_epi8(0xF);                                                           \
+        constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                        \
+        for (int i = 0; i < nb; ++i) {                                                                           \
+            for (int line = 0; line < 3; ++line) {                                                               \
+                _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0); \
+            }                                                                                                    \
+            const float xd = _cvtsh_ss(x[i].d);                                                                  \
+            const float xdmin = _cvtsh_ss(x[i].dmin);                                                            \
+            uint32_t    utmp[4];                                                                                 \
+            memcpy(utmp, x[i].scales, 12);                                                                       \
+            utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                              \
+            const uint32_t uaux = utmp[1] & kmask1;                                                              \
+            utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                     \
+            utmp[2] = uaux;                                                                                      \
+            utmp[0] &= kmask1;                                                                                   \
+            const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp); /* 8 scales, then 8 mins */            \
+            const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));          \
+            __m256i         q4[8], scale[8];                                                                     \
+            for (int j = 0; j < k_qk / 64; ++j) {                                                                \
+                const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j));   \
+                q4[2 * j] = _mm256_and_si256(bits, m4);                                                          \
+                q4[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);                                \
+                scale[2 * j] = _mm256_set1_epi16(int16_t(sc[2 * j]));                                            \
+                scale[2 * j + 1] = _mm256_set1_epi16(int16_t(sc[2 * j + 1]));                                    \
+            }                                                                                                    \
+            for (int c = 0; c < cols; ++c) {                                                                     \
+                const block_q8_k & y = ys[c][i];                                                                 \
+                const float        d = y.d * xd;                                                                 \
+                const float        dmin = -y.d * xdmin;                                                          \
+                const __m128i      sums = _mm_loadu_si128(                                                       \
+                    reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));          \
+                acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]); \
+                __m256i sumi = _mm256_setzero_si256();                                                           \
+                for (int h = 0; h < 8; ++h) {                                                                    \
+                    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(y.qs + 32 * h));    \
+                    const __m256i pairs = _mm256_maddubs_epi16(q4[h], q8);                                       \
+                    sumi = ADD_SCALED;                                                                           \
+                }                                                                                                \
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[c]);                   \
+            }                                                                                                    \
+        }                                                                                                        \
+        for (int c = 0; c < cols; ++c) {                                                                         \
+            __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                  \
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                               \
+            out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                    \
+        }                                                                                                        \
     }
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-    for (int i = 0; i < nb; ++i) {
-        const float xd = _cvtsh_ss(x[i].d);
-        const float xdmin = _cvtsh_ss(x[i].dmin);
-        uint32_t utmp[4];
-        memcpy(utmp, x[i].scales, 12);
-        utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
-        const uint32_t uaux = utmp[1] & kmask1;
-        utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
-        utmp[2] = uaux;
-        utmp[0] &= kmask1;
-        const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp);  // 8 scales, then 8 mins
-        const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));
-        __m256i q4[8], scale[8];
-        for (int j = 0; j < k_qk / 64; ++j) {
-            const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j));
-            q4[2 * j] = _mm256_and_si256(bits, m4);
-            q4[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            scale[2 * j] = _mm256_set1_epi16(int16_t(sc[2 * j]));
-            scale[2 * j + 1] = _mm256_set1_epi16(int16_t(sc[2 * j + 1]));
-        }
-        for (int c = 0; c < cols; ++c) {
-            const block_q8_k & y = ys[c][i];
-            const float d = y.d * xd;
-            const float dmin = -y.d * xdmin;
-            const __m128i sums = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));
-            const __m128i prod = _mm_madd_epi16(mins, sums);
-            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[c]);
-            __m256i sumi = _mm256_setzero_si256();
-            for (int h = 0; h < 8; ++h) {
-                const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(y.qs + 32 * h));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale[h], _mm256_maddubs_epi16(q4[h], q8)));
-            }
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[c]);
-        }
-    }
-    for (int c = 0; c < cols; ++c) {
-        __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);
-    }
-}
+
+QT_Q4K_ROW_DOT(q4k_row_dot, "avx2,fma,f16c", _mm256_add_epi32(sumi, _mm256_madd_epi16(scale[h], pairs)))
+// vpdpwssd is vpmaddwd and the add in one instruction
+QT_Q4K_ROW_DOT(q4k_row_dot_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+               _mm256_dpwssd_epi32(sumi, scale[h], pairs))
 
 QT_MATVEC_AVX2 __m128i q8k_sums_of_32(const block_q8_k & y) {
     const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(y.bsums));
     return _mm_hadd_epi16(_mm256_extracti128_si256(sums, 0), _mm256_extracti128_si256(sums, 1));
 }
 
-// product_op's share of thread ith of nth for q4_K weights, with the AVX2 kernel above (the
-// columns' block sums formed once).
-QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst, int ith, int nth) {
+using q4k_row_kernel = void (*)(const block_q4_k * x, int nb, const block_q8_k * const * ys, const int16_t * q8s,
+                                int cols, float * out);
+
+// The rows kernel (below) for q4_K weights with ROW_DOT: thread ith of nth takes one contiguous
+// range of rows, the columns' block sums formed once.
+template <q4k_row_kernel ROW_DOT>
+QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith,
+                             int nth) {
     const int nb = int(w->ne[0] / k_qk);
     const int cols = int(dst->ne[1]);
     thread_local std::vector<int16_t> q8s;
     const block_q8_k *                ys[k_max_columns];
     q8s.resize(size_t(cols) * size_t(nb) * 8);
     for (int c = 0; c < cols; ++c) {
-        ys[c] = reinterpret_cast<const block_q8_k *>(static_cast<const char *>(x->data) + c * x->nb[1]);
+        ys[c] = reinterpret_cast<const block_q8_k *>(xq + size_t(c) * xq_stride);
         for (int i = 0; i < nb; ++i) {
             _mm_storeu_si128(reinterpret_cast<__m128i *>(q8s.data() + (size_t(c) * size_t(nb) + size_t(i)) * 8),
                              q8k_sums_of_32(ys[c][i]));
         }
     }
     float out[k_max_columns];
-    for (int64_t r0 = int64_t(ith) * k_chunk_rows; r0 < w->ne[1]; r0 += int64_t(nth) * k_chunk_rows) {
-        for (int64_t r = r0; r < std::min(w->ne[1], r0 + k_chunk_rows); ++r) {
-            const auto * row = reinterpret_cast<const block_q4_k *>(static_cast<const char *>(w->data) + r * w->nb[1]);
-            q4k_row_dot_columns(row, nb, ys, q8s.data(), cols, out);
-            for (int c = 0; c < cols; ++c) {
-                reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1])[r] = out[c];
-            }
+    for (int64_t r = w->ne[1] * ith / nth; r < w->ne[1] * (ith + 1) / nth; ++r) {
+        ROW_DOT(reinterpret_cast<const block_q4_k *>(static_cast<const char *>(w->data) + r * w->nb[1]), nb, ys,
+                q8s.data(), cols, out);
+        for (int c = 0; c < cols; ++c) {
+            reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1])[r] = out[c];
         }
     }
 }
 
-constexpr int k_q8_0 = 32;
-struct block_q8_0 {
-    uint16_t d;  // f16
-    int8_t   qs[k_q8_0];
-};
-static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
+template <int COLS> constexpr rows_kernel q4k_rows_avx2 = q4k_rows<q4k_row_dot<COLS>>;
+template <int COLS> constexpr rows_kernel q4k_rows_vnni = q4k_rows<q4k_row_dot_vnni<COLS>>;
 
-// product_op's share of thread ith of nth for q8_0 weights: each row against `cols` q8_0 columns, out[c] bit
-// for bit ggml_vec_dot_q8_0_q8_0 (its AVX2 path: the lanes' integer sums, exact whichever
-// instructions form them, then the same float operations in the same order). The row's
-// absolute values are formed once per block, the columns' scales once per call. LANES(ax, sy)
-// forms the eight 32-bit sums of four byte products; TARGET names the instruction sets it needs
-// (one function per set: a function cannot take instructions its target lacks, inlined or not).
+// The rows kernel for q8_0 weights: each row against the q8_0 columns, out[c] bit for bit
+// ggml_vec_dot_q8_0_q8_0 (its AVX2 path: the lanes' integer sums, exact whichever instructions
+// form them, then the same float operations in the same order). The row's absolute values are
+// formed once per block, the columns' scales once per call. LANES(ax, sy) forms the eight 32-bit
+// sums of four byte products; TARGET names the instruction sets it needs (one function per set:
+// a function cannot take instructions its target lacks, inlined or not).
 #define QT_Q8_0_ROWS(NAME, TARGET, LANES)                                                                         \
-    __attribute__((target(TARGET))) void NAME(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst,     \
-                                              int ith, int nth) {                                                 \
-        const int nb = int(w->ne[0] / k_q8_0);                                                                    \
-        const int cols = int(dst->ne[1]);                                                                         \
+    template <int COLS>                                                                                           \
+    __attribute__((target(TARGET))) void NAME(const ggml_tensor * w, const char * xq, size_t xq_stride,           \
+                                              ggml_tensor * dst, int ith, int nth) {                              \
+        const int          nb = int(w->ne[0] / k_q8_0);                                                           \
+        const int          cols = COLS ? COLS : int(dst->ne[1]);                                                  \
         const block_q8_0 * ys[k_max_columns];                                                                     \
         thread_local std::vector<float> yd;                                                                       \
         yd.resize(size_t(cols) * size_t(nb));                                                                     \
         for (int c = 0; c < cols; ++c) {                                                                          \
-            ys[c] = reinterpret_cast<const block_q8_0 *>(static_cast<const char *>(x->data) + c * x->nb[1]);     \
+            ys[c] = reinterpret_cast<const block_q8_0 *>(xq + size_t(c) * xq_stride);                             \
             for (int i = 0; i < nb; ++i) {                                                                        \
                 yd[size_t(c) * size_t(nb) + size_t(i)] = _cvtsh_ss(ys[c][i].d);                                   \
             }                                                                                                     \
         }                                                                                                         \
         const __m256i ones = _mm256_set1_epi16(1);                                                                \
         (void) ones;                                                                                              \
-        __m256 acc[k_max_columns];                                                                                \
-        for (int64_t r0 = int64_t(ith) * k_chunk_rows; r0 < w->ne[1]; r0 += int64_t(nth) * k_chunk_rows)         \
-        for (int64_t r = r0; r < std::min(w->ne[1], r0 + k_chunk_rows); ++r) {                                    \
+        __m256 acc[COLS ? COLS : k_max_columns];                                                                  \
+        for (int64_t r = w->ne[1] * ith / nth; r < w->ne[1] * (ith + 1) / nth; ++r) {                             \
             const auto * row =                                                                                    \
                 reinterpret_cast<const block_q8_0 *>(static_cast<const char *>(w->data) + r * w->nb[1]);          \
             for (int c = 0; c < cols; ++c) {                                                                      \
                 acc[c] = _mm256_setzero_ps();                                                                     \
             }                                                                                                     \
             for (int i = 0; i < nb; ++i) {                                                                        \
+                _mm_prefetch(reinterpret_cast<const char *>(row + i) + k_prefetch_bytes, _MM_HINT_T0);            \
                 const float   xd = _cvtsh_ss(row[i].d);                                                           \
                 const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row[i].qs));            \
                 const __m256i ax = _mm256_sign_epi8(qx, qx);                                                      \
@@ -227,20 +261,29 @@ QT_Q8_0_ROWS(q8_0_rows_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
 
 #endif  // QT_MATVEC_X86
 
-// The kernel above that reproduces the loaded variant's vec_dot for these operands, if any: the
-// variants with AVX2 all run the same AVX2 vec_dot for q4_K and q8_0.
-using rows_kernel = void (*)(const ggml_tensor * w, const ggml_tensor * x, ggml_tensor * dst, int ith, int nth);
+// The rows kernel above that reproduces the loaded variant's vec_dot for these operands, if any
+// (the variants with AVX2 all run the same AVX2 vec_dot for q4_K and q8_0), for `cols` columns.
+
+#ifdef QT_MATVEC_X86
+#    define QT_BY_COLUMNS(KERNEL, cols)                                                                 \
+        ((cols) == 1 ? KERNEL<1> : (cols) == 2 ? KERNEL<2> : (cols) == 3 ? KERNEL<3> : (cols) == 4 ? KERNEL<4> \
+                                                                                                   : KERNEL<0>)
+#endif
+
 rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
 #ifdef QT_MATVEC_X86
-    if (cols > k_max_columns || cpu_kernels_best() < cpu_kernels::avx2) {
+    const cpu_kernels kernels = cpu_kernels_active();
+    if (cols > k_max_columns || kernels < cpu_kernels::avx2) {
         return nullptr;
     }
+    // VNNI with the AVX512 kernels only: forcing AVX2 (tests, measurements) takes the plain path
+    static const bool vnni = cpu_backend_loaded().features.find("AVX512_VNNI") != std::string::npos;
+    const bool        use_vnni = vnni && kernels == cpu_kernels::avx512;
     if (w->type == GGML_TYPE_Q4_K && ggml_type_size(GGML_TYPE_Q4_K) == 144 && ggml_type_size(GGML_TYPE_Q8_K) == 292) {
-        return q4k_rows;
+        return use_vnni ? QT_BY_COLUMNS(q4k_rows_vnni, cols) : QT_BY_COLUMNS(q4k_rows_avx2, cols);
     }
     if (w->type == GGML_TYPE_Q8_0 && ggml_type_size(GGML_TYPE_Q8_0) == 34) {
-        static const bool vnni = cpu_backend_loaded().features.find("AVX512_VNNI") != std::string::npos;
-        return vnni ? q8_0_rows_vnni : q8_0_rows;
+        return use_vnni ? QT_BY_COLUMNS(q8_0_rows_vnni, cols) : QT_BY_COLUMNS(q8_0_rows, cols);
     }
 #else
     (void) w;
@@ -256,10 +299,6 @@ void product_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * x = dst->src[1];
     const int64_t       k = w->ne[0], n = w->ne[1], cols = dst->ne[1];
-    if (const rows_kernel kernel = rows_kernel_for(w, cols)) {
-        kernel(w, x, dst, ith, nth);
-        return;
-    }
     const ggml_type_traits_cpu * traits = traits_of(w->type);
     for (int64_t r0 = int64_t(ith) * k_chunk_rows; r0 < n; r0 += int64_t(nth) * k_chunk_rows) {
         const int64_t r1 = std::min(n, r0 + k_chunk_rows);
@@ -273,6 +312,23 @@ void product_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
     }
 }
 
+// ggml custom op: dst (N, B) f32 = W x for src = { W (K, N), x (K, B) f32 } with the rows kernel in
+// userdata. Every thread converts all the columns itself: a few microseconds, where a conversion
+// node of its own would cost a barrier.
+void converting_product_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * x = dst->src[1];
+    const ggml_type     dot_type = traits_of(w->type)->vec_dot_type;
+    const size_t        stride = ggml_row_size(dot_type, x->ne[0]);
+    thread_local std::vector<char> xq;
+    xq.resize(stride * size_t(x->ne[1]));
+    for (int64_t c = 0; c < x->ne[1]; ++c) {
+        traits_of(dot_type)->from_float(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + c * x->nb[1]),
+                                        xq.data() + size_t(c) * stride, x->ne[0]);
+    }
+    reinterpret_cast<rows_kernel>(userdata)(w, xq.data(), stride, dst, ith, nth);
+}
+
 } // namespace
 
 ggml_tensor * mat_vecs(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
@@ -283,6 +339,11 @@ ggml_tensor * mat_vecs(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
         ggml_tensor * y = ggml_mul_mat(ctx, w, x);
         ggml_mul_mat_set_prec(y, GGML_PREC_F32);
         return y;
+    }
+    if (const rows_kernel kernel = rows_kernel_for(w, cols)) {
+        ggml_tensor * args[] = { w, x };
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], cols, 1, 1, args, 2, converting_product_op,
+                              GGML_N_TASKS_MAX, reinterpret_cast<void *>(kernel));
     }
     const ggml_type_traits_cpu * traits = cols > 1 ? traits_of(w->type) : nullptr;
     if (cols == 1 || !traits || !traits->vec_dot || traits->nrows != 1 ||

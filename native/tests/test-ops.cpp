@@ -419,64 +419,71 @@ void test_packed_dense(const qt::cpu_backend & backend) {
 }
 
 // mat_vecs(): each column bit for bit ggml_mul_mat of that column alone, for every weight type
-// the engine stores (depths that are and are not whole 256-blocks, row counts off the 16-row
-// chunks, strided columns), and close to the exact product.
+// the engine stores and on every kernel path (depths that are and are not whole 256-blocks, odd
+// row counts split between the threads, one column and the counts with kernels of their own and
+// beyond, strided columns), and close to the exact product.
 void test_mat_vecs(const qt::cpu_backend & backend) {
     struct shape {
         int64_t K, N, B;
     };
-    for (ggml_type type : { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K }) {
-        for (shape sh : { shape{ 256, 37, 5 }, shape{ 1024, 70, 8 }, shape{ 512, 16, 2 }, shape{ 96, 33, 3 } }) {
-            if (sh.K % ggml_blck_size(type) != 0) {
-                continue;
-            }
-            std::mt19937 rng(uint32_t(sh.K + sh.N * 7 + sh.B * 13 + int(type)));
-            const auto w = random_vector(size_t(sh.K * sh.N), rng);
-            const auto x = random_vector(size_t((sh.K + 8) * sh.B), rng);  // columns 8 floats apart
-            std::vector<uint8_t> wq(ggml_row_size(type, sh.K) * size_t(sh.N));
-            if (type == GGML_TYPE_F32) {
-                memcpy(wq.data(), w.data(), wq.size());
-            } else {
-                ggml_quantize_chunk(type, w.data(), wq.data(), 0, sh.N, sh.K, nullptr);
-            }
-            qt::stage_dumper no_dump;
-            qt::graph_run run(backend, no_dump, 64 + 4 * size_t(sh.B));
-            ggml_context * ctx = run.ctx();
-            ggml_tensor * wt = run.input("w", type, wq.data(), { sh.K, sh.N });
-            ggml_tensor * xt = run.input_f32("x", x.data(), { sh.K + 8, sh.B });
-            ggml_tensor * xv = ggml_view_2d(ctx, xt, sh.K, sh.B, xt->nb[1], 0);
-            ggml_tensor * y = qt::mat_vecs(ctx, wt, xv);
-            ggml_tensor * alone = nullptr;
-            for (int64_t c = 0; c < sh.B; ++c) {
-                ggml_tensor * yc = ggml_mul_mat(ctx, wt, ggml_view_2d(ctx, xt, sh.K, 1, xt->nb[1], size_t(c) * xt->nb[1]));
-                alone = alone ? ggml_concat(ctx, alone, yc, 1) : yc;
-            }
-            ggml_tensor * both = ggml_concat(ctx, y, alone, 1);
-            run.compute(both);
-            const std::vector<float> got = run.read_f32(both);
-            const size_t half = got.size() / 2;
-            char name[96];
-            snprintf(name, sizeof(name), "mat_vecs %s K %lld N %lld B %lld", ggml_type_name(type), (long long) sh.K,
-                     (long long) sh.N, (long long) sh.B);
-            check(std::equal(got.begin(), got.begin() + half, got.begin() + half),
-                  "%s: the same bits as each column alone", name);
-            double worst = 0.0;
-            for (int64_t c = 0; c < sh.B; ++c) {
-                for (int64_t n = 0; n < sh.N; ++n) {
-                    double exact = 0.0, magnitude = 0.0;
-                    for (int64_t k = 0; k < sh.K; ++k) {
-                        const double p = double(w[size_t(n * sh.K + k)]) * x[size_t(c * (sh.K + 8) + k)];
-                        exact += p;
-                        magnitude += std::fabs(p);
-                    }
-                    worst = std::max(worst, std::fabs(got[size_t(c * sh.N + n)] - exact) / (magnitude + 1e-9));
+    for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
+        qt::cpu_kernels_force(qt::cpu_kernels(level));
+        for (ggml_type type : { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K }) {
+            for (shape sh : { shape{ 256, 37, 5 }, shape{ 1024, 70, 8 }, shape{ 512, 16, 2 }, shape{ 96, 33, 3 },
+                              shape{ 768, 41, 1 }, shape{ 256, 19, 4 }, shape{ 512, 3, 1 } }) {
+                if (sh.K % ggml_blck_size(type) != 0) {
+                    continue;
                 }
+                std::mt19937 rng(uint32_t(sh.K + sh.N * 7 + sh.B * 13 + int(type)));
+                const auto w = random_vector(size_t(sh.K * sh.N), rng);
+                const auto x = random_vector(size_t((sh.K + 8) * sh.B), rng);  // columns 8 floats apart
+                std::vector<uint8_t> wq(ggml_row_size(type, sh.K) * size_t(sh.N));
+                if (type == GGML_TYPE_F32) {
+                    memcpy(wq.data(), w.data(), wq.size());
+                } else {
+                    ggml_quantize_chunk(type, w.data(), wq.data(), 0, sh.N, sh.K, nullptr);
+                }
+                qt::stage_dumper no_dump;
+                qt::graph_run run(backend, no_dump, 64 + 4 * size_t(sh.B));
+                ggml_context * ctx = run.ctx();
+                ggml_tensor * wt = run.input("w", type, wq.data(), { sh.K, sh.N });
+                ggml_tensor * xt = run.input_f32("x", x.data(), { sh.K + 8, sh.B });
+                ggml_tensor * xv = ggml_view_2d(ctx, xt, sh.K, sh.B, xt->nb[1], 0);
+                ggml_tensor * y = qt::mat_vecs(ctx, wt, xv);
+                ggml_tensor * alone = nullptr;
+                for (int64_t c = 0; c < sh.B; ++c) {
+                    ggml_tensor * yc = ggml_mul_mat(ctx, wt, ggml_view_2d(ctx, xt, sh.K, 1, xt->nb[1], size_t(c) * xt->nb[1]));
+                    alone = alone ? ggml_concat(ctx, alone, yc, 1) : yc;
+                }
+                ggml_tensor * both = ggml_concat(ctx, y, alone, 1);
+                run.compute(both);
+                const std::vector<float> got = run.read_f32(both);
+                const size_t half = got.size() / 2;
+                char name[96];
+                snprintf(name, sizeof(name), "mat_vecs %s K %lld N %lld B %lld (%s kernels)", ggml_type_name(type),
+                         (long long) sh.K, (long long) sh.N, (long long) sh.B,
+                         qt::cpu_kernels_name(qt::cpu_kernels(level)));
+                check(std::equal(got.begin(), got.begin() + half, got.begin() + half),
+                      "%s: the same bits as each column alone", name);
+                double worst = 0.0;
+                for (int64_t c = 0; c < sh.B; ++c) {
+                    for (int64_t n = 0; n < sh.N; ++n) {
+                        double exact = 0.0, magnitude = 0.0;
+                        for (int64_t k = 0; k < sh.K; ++k) {
+                            const double p = double(w[size_t(n * sh.K + k)]) * x[size_t(c * (sh.K + 8) + k)];
+                            exact += p;
+                            magnitude += std::fabs(p);
+                        }
+                        worst = std::max(worst, std::fabs(got[size_t(c * sh.N + n)] - exact) / (magnitude + 1e-9));
+                    }
+                }
+                // relative to the sum of magnitudes: rounding of the weights (4-bit: a few percent)
+                const double bound = type == GGML_TYPE_Q4_K ? 0.05 : type == GGML_TYPE_Q6_K ? 0.02 : 0.01;
+                check(worst <= bound, "%s: error %.3g of the magnitude (bound %g)", name, worst, bound);
             }
-            // relative to the sum of magnitudes: rounding of the weights (4-bit: a few percent)
-            const double bound = type == GGML_TYPE_Q4_K ? 0.05 : type == GGML_TYPE_Q6_K ? 0.02 : 0.01;
-            check(worst <= bound, "%s: error %.3g of the magnitude (bound %g)", name, worst, bound);
         }
     }
+    qt::cpu_kernels_unforce();
 }
 
 // Every kernel path of dense() against ggml's own product (the generic path), on shapes that
