@@ -159,7 +159,7 @@ void code_predictor::load(model_loader & ml, const talker & model) {
     codec_embd_.clear();
     for (int q = 0; q < hp_.n_codes; ++q) {
         heads_.push_back(ml.require("cp.head." + std::to_string(q) + ".weight", { H, hp_.vocab }));
-        codec_embd_.push_back(ml.require("cp.codec_embd." + std::to_string(q) + ".weight", { Ht, hp_.vocab }));
+        codec_embd_.push_back(ml.require_table("cp.codec_embd." + std::to_string(q) + ".weight", { Ht, hp_.vocab }));
     }
     // the reference's small_to_mtp_projection: a Linear exactly when the widths differ
     if (H != Ht) {
@@ -170,7 +170,7 @@ void code_predictor::load(model_loader & ml, const talker & model) {
     }
     // C, the talker's codec embedding, embeds code0 in the prefill (talker.h keeps its tensor
     // private, so it is looked up by name)
-    talker_codec_embd_ = ml.require("talker.codec_embd.weight", { Ht, hp_.talker_vocab });
+    talker_codec_embd_ = ml.require_table("talker.codec_embd.weight", { Ht, hp_.talker_vocab });
 }
 
 size_t code_predictor::frame_weight_bytes() const {
@@ -182,10 +182,10 @@ size_t code_predictor::frame_weight_bytes() const {
     for (const ggml_tensor * h : heads_) {
         n += ggml_nbytes(h);
     }
-    for (const ggml_tensor * e : codec_embd_) {
-        n += e->nb[1];  // one row each
+    for (const table_rows & e : codec_embd_) {
+        n += e.table()->nb[1];  // one row each
     }
-    return n + talker_codec_embd_->nb[1];
+    return n + talker_codec_embd_.table()->nb[1];
 }
 
 // ---- code_predictor_state --------------------------------------------------------------------
@@ -308,7 +308,7 @@ code_predictor_state::frame_graph & code_predictor_state::graph_for(int width) {
 
     // prefill rows of each request: [h, C(code0)]
     ggml_tensor * hidden = ggml_view_2d(ctx, in_hidden_, Ht, B, in_hidden_->nb[1], 0);
-    ggml_tensor * c0 = ggml_get_rows(ctx, m.talker_codec_embd_, ggml_view_1d(ctx, in_code0_, B, 0));  // (Ht, B)
+    ggml_tensor * c0 = m.talker_codec_embd_.get(ctx, ggml_view_1d(ctx, in_code0_, B, 0));  // (Ht, B)
     fg->prefill = ggml_concat(ctx, ggml_reshape_3d(ctx, hidden, Ht, 1, B), ggml_reshape_3d(ctx, c0, Ht, 1, B), 1);
     ggml_set_name(fg->prefill, "cp_prefill_embeds");
     ggml_set_output(fg->prefill);
@@ -322,7 +322,7 @@ code_predictor_state::frame_graph & code_predictor_state::graph_for(int width) {
         const int64_t p0 = q == 1 ? 0 : q;  // its first position
         const int64_t n_kv = p0 + T;
         if (q > 1) {
-            ggml_tensor * e = ggml_get_rows(ctx, m.codec_embd_[size_t(q - 2)], code);  // E_{q-1}(code_{q-1})
+            ggml_tensor * e = m.codec_embd_[size_t(q - 2)].get(ctx, code);  // E_{q-1}(code_{q-1})
             codec_sum = ggml_add(ctx, codec_sum, e);
             x = proj(e);
         }
@@ -368,7 +368,7 @@ code_predictor_state::frame_graph & code_predictor_state::graph_for(int width) {
         ggml_set_output(code);
         fg->codes.push_back(code);
     }
-    fg->codec = ggml_add(ctx, codec_sum, ggml_get_rows(ctx, m.codec_embd_[size_t(hp.n_codes - 1)], code));
+    fg->codec = ggml_add(ctx, codec_sum, m.codec_embd_[size_t(hp.n_codes - 1)].get(ctx, code));
     ggml_set_name(fg->codec, "cp_next_codec");
     ggml_set_output(fg->codec);
 

@@ -79,10 +79,10 @@ private:
     std::vector<layer>         layers_;
     ggml_tensor *              output_norm_ = nullptr;
     std::vector<ggml_tensor *> heads_;        // head q - 1 gives code q: (hidden, vocab)
-    std::vector<ggml_tensor *> codec_embd_;   // E_q = codec_embd_[q - 1]: (talker_hidden, vocab)
+    std::vector<table_rows>    codec_embd_;   // E_q = codec_embd_[q - 1]: (talker_hidden, vocab)
     ggml_tensor *              in_proj_w_ = nullptr;  // (talker_hidden, hidden), or null (identity)
     ggml_tensor *              in_proj_b_ = nullptr;
-    ggml_tensor *              talker_codec_embd_ = nullptr;  // C: (talker_hidden, talker_vocab)
+    table_rows                 talker_codec_embd_;  // C: (talker_hidden, talker_vocab)
 };
 
 // What the code predictor needs of one request's frame, and where its codes go.

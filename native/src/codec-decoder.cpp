@@ -95,15 +95,9 @@ void codec_decoder::pack_conv(model_loader & ml, conv & c) {
     }
 }
 
-void codec_decoder::to_winograd(model_loader & ml, conv & c) {
-    if (!cpu_kernels_) {
-        return;  // a device convolves the stored taps with ggml's products
-    }
-    const int64_t c_out = c.w->ne[2];
-    const std::vector<float> u = winograd_weights(tensor_f32(c.w), c.c_in, c_out);
-    ml.release(c.w);
-    c.w = nullptr;
-    c.winograd = derived_tensor(GGML_TYPE_F32, { c.c_in, c_out, k_winograd_points }, u.data());
+void codec_decoder::to_winograd(conv & c) const {
+    // a device convolves the taps with ggml's products
+    c.winograd = cpu_kernels_ && dense_taps_supported(c.w->type);
 }
 
 // Output sample n of a transposed conv with kernel m * s and stride s, its right overhang
@@ -222,7 +216,7 @@ void codec_decoder::load(model_loader & ml, const compute_backend * device) {
         const bool semantic = q < hp_.n_semantic;
         const std::string name = std::string(semantic ? "cdec.rvq_first" : "cdec.rvq_rest") + ".codebook." +
                                  std::to_string(semantic ? q : q - hp_.n_semantic);
-        codebooks_.push_back(ml.require(name, { half, hp_.codebook_size }));
+        codebooks_.push_back(ml.require_table(name, { half, hp_.codebook_size }));
     }
     out_proj_first_ = ml.require("cdec.rvq_first.out_proj.weight", { half, 1, hp_.codebook_dim });
     out_proj_rest_ = ml.require("cdec.rvq_rest.out_proj.weight", { half, 1, hp_.codebook_dim });
@@ -302,7 +296,7 @@ void codec_decoder::load(model_loader & ml, const compute_backend * device) {
             residual_unit     u;
             u.act1 = load_snake(ml, q + "snake1", c_out);
             u.conv1 = load_conv(ml, q + "conv1", c_out, c_out, k_res_kernel, k_res_dilations[j], true);
-            to_winograd(ml, u.conv1);
+            to_winograd(u.conv1);
             u.act2 = load_snake(ml, q + "snake2", c_out);
             u.conv2 = load_conv(ml, q + "conv2", c_out, c_out, 1, 1, true);
             b.res.push_back(u);
@@ -467,7 +461,7 @@ ggml_tensor * codec_stream::causal(history_io & io, const Conv & c, ggml_tensor 
     ggml_tensor * all = io.with_history(history_, x, c.slot);
     if (c.winograd) {
         GGML_ASSERT(!residual);
-        return winograd_conv(io.run.ctx(), all, c.winograd, c.b, c.dilation);
+        return winograd_conv(io.run.ctx(), all, c.w, c.b, c.dilation);
     }
     if (c.packed.panels) {
         GGML_ASSERT(c.dilation == 1);
@@ -498,7 +492,7 @@ std::vector<float> codec_stream::transform(const compute_backend & backend, cons
         for (int q = q0; q < q1; ++q) {
             // an input per codebook: ggml-vulkan's get_rows takes no offset into its indices
             ggml_tensor * ids = run.input_i32("codes", by_book.data() + size_t(q) * size_t(T), { T });
-            ggml_tensor * e = ggml_get_rows(ctx, d.codebooks_[size_t(q)], ids);
+            ggml_tensor * e = d.codebooks_[size_t(q)].get(ctx, ids);
             sum = sum ? ggml_add(ctx, sum, e) : e;
         }
         return dense(ctx, ggml_reshape_2d(ctx, proj, proj->ne[0], proj->ne[2]), sum);

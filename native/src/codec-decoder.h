@@ -102,10 +102,10 @@ private:
 
     // A causal convolution: `history` input frames of the previous chunk come before the chunk.
     struct conv {
-        ggml_tensor * w = nullptr;  // (C_in, K, C_out); null where `winograd` or `packed` replaces it
+        ggml_tensor * w = nullptr;  // (C_in, K, C_out); null where `packed` replaces it
         ggml_tensor * b = nullptr;  // (C_out) or null
-        ggml_tensor * winograd = nullptr;  // (C_in, C_out, points) f32: 7 taps computed by F(4, 7)
-        packed_weight packed;              // (K * C_in, C_out) packed at load (dilation 1)
+        bool          winograd = false;  // 7 taps computed by F(4, 7) from w
+        packed_weight packed;            // (K * C_in, C_out) packed at load (dilation 1)
         int           kernel = 1;
         int           dilation = 1;
         int64_t       c_in = 0;
@@ -173,8 +173,8 @@ private:
     packed_weight pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n);
     // A convolution of dilation 1 with its weight packed (run on sliding windows).
     void          pack_conv(model_loader & ml, conv & c);
-    // Replaces a 7-tap convolution's weight by its Winograd transform (winograd.h).
-    void  to_winograd(model_loader & ml, conv & c);
+    // A 7-tap convolution computed by F(4, 7) on the CPU (winograd.h), from its taps as stored.
+    void  to_winograd(conv & c) const;
     tconv load_tconv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride);
     snake load_snake(model_loader & ml, const std::string & name, int64_t channels);
     void  derive_weights(model_loader & ml);
@@ -182,7 +182,7 @@ private:
     codec_decoder_hparams      hp_;
     bool                       cpu_kernels_ = true;  // packed and Winograd weights (the CPU's form)
     ggml_backend_buffer_type_t derived_type_ = nullptr;
-    std::vector<ggml_tensor *> codebooks_;   // per quantizer: (codebook_dim / 2, codebook_size)
+    std::vector<table_rows>    codebooks_;   // per quantizer: (codebook_dim / 2, codebook_size)
     ggml_tensor *              out_proj_first_ = nullptr;  // (codebook_dim / 2, codebook_dim)
     ggml_tensor *              out_proj_rest_ = nullptr;
     conv                       pre_conv_;

@@ -258,6 +258,64 @@ void prefetch_rows(const ggml_tensor * w, int64_t b, int64_t first, int64_t coun
     }
 }
 
+// Elements [k0, k0 + n) of row o of U_p = sum_r coef[p][r] W_r, for the taps W (K, R, N), into
+// `out`. Summed in double, in order of r, and rounded once: each product of a tap (f32, or f16
+// widened) and a coefficient (a power of a short dyadic point) is exact in double, so these are
+// the bits of the transform computed exactly and rounded to f32. The AVX2 and AVX512 GEMMs both
+// pack through here.
+QT_AVX2 const float * combined_row(const ggml_tensor * taps, const tap_combination & c, int64_t p, int64_t o, int64_t k0,
+                                   int n, float * out, float * buf) {
+    const float * coef = c.coef + p * c.taps;
+    const char *  rows = static_cast<const char *>(taps->data) + o * taps->nb[2];
+    const bool    f16 = taps->type == GGML_TYPE_F16;
+    if ((f16 || taps->type == GGML_TYPE_F32) && n % 8 == 0) {  // widened and summed in registers
+        for (int k = 0; k < n; k += 8) {
+            __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+            for (int r = 0; r < c.taps; ++r) {
+                if (coef[r] == 0.0f) {
+                    continue;
+                }
+                const char * row = rows + r * taps->nb[1];
+                const __m256 t = f16 ? _mm256_cvtph_ps(_mm_loadu_si128(
+                                           reinterpret_cast<const __m128i *>(reinterpret_cast<const uint16_t *>(row) + k0 + k)))
+                                     : _mm256_loadu_ps(reinterpret_cast<const float *>(row) + k0 + k);
+                const __m256d cr = _mm256_set1_pd(double(coef[r]));
+                lo = _mm256_fmadd_pd(cr, _mm256_cvtps_pd(_mm256_castps256_ps128(t)), lo);
+                hi = _mm256_fmadd_pd(cr, _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1)), hi);
+            }
+            _mm256_store_ps(out + k, _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
+        }
+        return out;
+    }
+    double acc[k_kc] = {};
+    for (int r = 0; r < c.taps; ++r) {
+        if (coef[r] != 0.0f) {
+            const float * t = weight_row(taps->type, rows + r * taps->nb[1], k0, n, buf);
+            for (int k = 0; k < n; ++k) {
+                acc[k] = std::fma(double(coef[r]), double(t[k]), acc[k]);
+            }
+        }
+    }
+    for (int k = 0; k < n; ++k) {
+        out[k] = float(acc[k]);
+    }
+    return out;
+}
+
+// Asks for elements [k0, k0 + n) of every tap of outputs [first, first + count) in cache.
+void prefetch_taps(const ggml_tensor * taps, int64_t first, int64_t count, int64_t k0, int n) {
+    const size_t offset = ggml_row_size(taps->type, k0);
+    const size_t bytes = ggml_row_size(taps->type, n);
+    for (int64_t j = 0; j < count; ++j) {
+        for (int64_t r = 0; r < taps->ne[1]; ++r) {
+            const char * row = static_cast<const char *>(taps->data) + (first + j) * taps->nb[2] + r * taps->nb[1] + offset;
+            for (size_t at = 0; at < bytes; at += 64) {
+                __builtin_prefetch(row + at);
+            }
+        }
+    }
+}
+
 // The register tiles of one instruction set: `run` multiplies a block of up to `mr` frames
 // by a panel of `nr` outputs.
 struct avx2_tiles {
@@ -312,6 +370,7 @@ struct gemm_args {
     const ggml_tensor * r;
     ggml_tensor *       y;
     bool                packed;
+    const tap_combination * taps = nullptr;  // w is a convolution's taps (K, R, N), batch p uses U_p
 };
 
 template <class Tiles>
@@ -320,8 +379,8 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
     const int64_t K = g.x->ne[0];
     const int64_t T = g.x->ne[1];
     const int64_t B = g.x->ne[2];
-    const int64_t N = g.packed ? g.y->ne[0] : g.w->ne[1];
-    const int64_t group = g.packed ? B : B / g.w->ne[2];
+    const int64_t N = g.packed || g.taps ? g.y->ne[0] : g.w->ne[1];
+    const int64_t group = g.packed || g.taps ? B : B / g.w->ne[2];
     const size_t  ldx = g.x->nb[1] / sizeof(float);
     const size_t  ldy = size_t(N);
     const bool    in_place = g.r && g.r->data == g.y->data;
@@ -339,11 +398,25 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
     split_rows(B * n_chunks * n_groups, ith, nth, &first, &last);
     alignas(64) float wp[k_kc * nr];
     alignas(64) float row_buf[nr * k_kc];
+    alignas(64) float tap_buf[k_kc];
+    // Combining taps costs several multiply-adds per weight, more than a block of frames spends
+    // on it: there a thread takes a group's blocks of frames one after the other and packs the
+    // group's panels once for all of them (per_group * nr * K floats, at most 128 K).
+    const int64_t n_depth = (K + k_kc - 1) / k_kc;
+    thread_local std::vector<float> tap_panels;
+    int64_t                         packed_for = -1;  // (bi, group) of the panels in tap_panels
+    if (g.taps) {
+        tap_panels.resize(size_t(n_depth * per_group) * k_kc * nr + 16);
+    }
+    float * const panels = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(tap_panels.data()) + 63) & ~uintptr_t(63));
     for (int64_t item = first; item < last; ++item) {
+        // taps: blocks of frames innermost, so that consecutive items share their panels
         const int64_t bi = item / (n_chunks * n_groups);
-        const int64_t t0 = (item / n_groups % n_chunks) * k_tc;
+        const int64_t chunk = g.taps ? item % n_chunks : item / n_groups % n_chunks;
+        const int64_t gi = g.taps ? item / n_chunks % n_groups : item % n_groups;
+        const int64_t t0 = chunk * k_tc;
         const int64_t t1 = std::min(T, t0 + k_tc);
-        const int64_t g0 = (item % n_groups) * per_group * nr;  // first output of the group
+        const int64_t g0 = gi * per_group * nr;  // first output of the group
         const int64_t g1 = std::min(N, g0 + per_group * nr);
         const float * xd = reinterpret_cast<const float *>(static_cast<const char *>(g.x->data) + bi * g.x->nb[2]);
         float *       yd = reinterpret_cast<float *>(static_cast<char *>(g.y->data) + bi * g.y->nb[2]);
@@ -374,6 +447,24 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
                 const int     nv = int(std::min<int64_t>(nr, N - o0));
                 if (g.packed) {
                     widen_panel<nr>(static_cast<const uint16_t *>(g.w->data) + packed_index(o0, kb, K), kc, wp);
+                } else if (g.taps) {
+                    float * cached = panels + size_t(((kb / k_kc) * per_group + (o0 - g0) / nr) * k_kc * nr);
+                    if (packed_for != bi * n_groups + gi) {
+                        const float * rows[nr];
+                        for (int j = 0; j < nr; ++j) {
+                            rows[j] = j < nv ? combined_row(g.w, *g.taps, bi, o0 + j, kb, kc, row_buf + j * k_kc, tap_buf)
+                                             : k_zero_row;
+                        }
+                        pack_panel<nr>(rows, kc, cached);
+                        if (o0 + nr < g1) {
+                            prefetch_taps(g.w, o0 + nr, std::min<int64_t>(nr, g1 - o0 - nr), kb, kc);
+                        }
+                    }
+                    for (int64_t t = t0; t < t1; t += Tiles::mr) {
+                        Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, cached,
+                                   yd + t * ldy + o0, ldy, nv);
+                    }
+                    continue;
                 } else {
                     const float * rows[nr];
                     for (int j = 0; j < nr; ++j) {
@@ -401,6 +492,9 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
                 }
             }
         }
+        if (g.taps) {
+            packed_for = bi * n_groups + gi;
+        }
     }
 }
 
@@ -412,6 +506,13 @@ template <class Tiles> void gemm_op(ggml_tensor * dst, int ith, int nth, void * 
 // ggml_custom_inplace on r: src = { r, x, w, b }
 template <class Tiles> void gemm_acc_op(ggml_tensor * dst, int ith, int nth, void * packed) {
     gemm_run<Tiles>({ dst->src[1], dst->src[2], dst->src[3], dst->src[0], dst, packed != nullptr }, ith, nth);
+}
+
+// ggml_custom_4d: src = { x, taps }; userdata: the tap_combination
+template <class Tiles> void gemm_taps_op(ggml_tensor * dst, int ith, int nth, void * combination) {
+    gemm_run<Tiles>({ dst->src[0], dst->src[1], nullptr, nullptr, dst, false,
+                      static_cast<const tap_combination *>(combination) },
+                    ith, nth);
 }
 
 // expm1 for x <= 0, 8 lanes: x = n ln2 + r, |r| <= ln2 / 2, expm1(x) = 2^n expm1(r) + 2^n - 1
@@ -805,6 +906,43 @@ void gemm_packed_generic_acc_op(ggml_tensor * dst, int ith, int nth, void *) {
     gemm_packed_generic(dst->src[1], dst->src[2], dst->src[3], dst->src[0], dst, ith, nth);
 }
 
+// dense_taps one output row of U_p at a time (kernels forced to generic); src = { x, taps }.
+void gemm_taps_generic_op(ggml_tensor * dst, int ith, int nth, void * combination) {
+    const auto &        c = *static_cast<const tap_combination *>(combination);
+    const ggml_tensor * x = dst->src[0];
+    const ggml_tensor * taps = dst->src[1];
+    const int64_t       K = x->ne[0], T = x->ne[1], P = x->ne[2], N = dst->ne[0];
+    const auto          to_float = ggml_get_type_traits(taps->type)->to_float;
+    std::vector<double> u(static_cast<size_t>(K));
+    std::vector<float>  tap(static_cast<size_t>(K));
+    int64_t             first = 0, last = 0;
+    split_rows(P * N, ith, nth, &first, &last);
+    for (int64_t item = first; item < last; ++item) {
+        const int64_t p = item / N, o = item % N;
+        std::fill(u.begin(), u.end(), 0.0);  // in double, as the vector paths
+        for (int r = 0; r < c.taps; ++r) {
+            const char * row = static_cast<const char *>(taps->data) + o * taps->nb[2] + r * taps->nb[1];
+            if (taps->type == GGML_TYPE_F32) {
+                memcpy(tap.data(), row, tap.size() * sizeof(float));
+            } else {
+                to_float(row, tap.data(), K);
+            }
+            for (int64_t k = 0; k < K; ++k) {
+                u[size_t(k)] = std::fma(double(c.coef[p * c.taps + r]), double(tap[size_t(k)]), u[size_t(k)]);
+            }
+        }
+        for (int64_t t = 0; t < T; ++t) {
+            const auto * xr = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + p * x->nb[2] + t * x->nb[1]);
+            float        acc = 0.0f;
+            for (int64_t k = 0; k < K; ++k) {
+                acc += xr[k] * float(u[size_t(k)]);
+            }
+            *reinterpret_cast<float *>(static_cast<char *>(dst->data) + p * dst->nb[2] + t * dst->nb[1] +
+                                       o * sizeof(float)) = acc;
+        }
+    }
+}
+
 } // namespace
 
 bool packed_weights_supported() { return cpu_kernels_best() != cpu_kernels::generic; }
@@ -852,6 +990,28 @@ ggml_tensor * dense(ggml_context * ctx, const packed_weight & w, ggml_tensor * x
     }
     ggml_tensor * args[] = { x, w.panels, b, r };
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w.n, x->ne[1], x->ne[2], 1, args, 4, op, GGML_N_TASKS_MAX, packed);
+}
+
+bool dense_taps_supported(ggml_type type) {
+    return type == GGML_TYPE_F32 || ggml_get_type_traits(type)->to_float != nullptr;
+}
+
+ggml_tensor * dense_taps(ggml_context * ctx, ggml_tensor * taps, const tap_combination & combination, ggml_tensor * x) {
+    GGML_ASSERT(taps->ne[0] == x->ne[0] && taps->ne[1] == combination.taps && taps->ne[3] == 1 &&
+                taps->nb[0] == ggml_type_size(taps->type) && dense_taps_supported(taps->type));
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == combination.points && x->ne[3] == 1);
+    ggml_custom_op_t op = gemm_taps_generic_op;
+#ifdef QT_X86
+    const bool converted = taps->type == GGML_TYPE_F32 || taps->type == GGML_TYPE_F16 || taps->type == GGML_TYPE_Q8_0;
+    switch (converted ? cpu_kernels_active() : cpu_kernels::generic) {
+        case cpu_kernels::avx512: op = gemm_taps_op<avx512_tiles>; break;
+        case cpu_kernels::avx2: op = gemm_taps_op<avx2_tiles>; break;
+        case cpu_kernels::generic: break;
+    }
+#endif
+    ggml_tensor * args[] = { x, taps };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, taps->ne[2], x->ne[1], x->ne[2], 1, args, 2, op, GGML_N_TASKS_MAX,
+                          const_cast<tap_combination *>(&combination));
 }
 
 cpu_kernels cpu_kernels_best() {

@@ -74,6 +74,19 @@ std::vector<uint16_t> pack_weight_panels(const uint16_t * rows, int64_t k, int64
 ggml_tensor * dense(ggml_context * ctx, const packed_weight & w, ggml_tensor * x, ggml_tensor * b = nullptr,
                     ggml_tensor * r = nullptr, bool r_in_place = false);
 
+// y (N, T, P) = U_p^T x_p for each point p of x (K, T, P), where U_p (K, N) = sum_r coef[p][r] W_r
+// combines the R taps of a convolution's weight W (K, R, N) as stored (f32, f16 or q8_0 rows):
+// Winograd's transformed weights (winograd.h), computed while each weight panel is packed, so
+// that they take no memory of their own. `combination` must outlive the graph.
+struct tap_combination {
+    int           points = 0;
+    int           taps = 0;
+    const float * coef = nullptr;  // coef[p * taps + r]
+};
+// Whether dense_taps reads taps of this type.
+bool          dense_taps_supported(ggml_type type);
+ggml_tensor * dense_taps(ggml_context * ctx, ggml_tensor * taps, const tap_combination & combination, ggml_tensor * x);
+
 // ELU(x) (alpha 1) of x = (C, T) with `left` / `right` zero frames around it; ELU(0) = 0, so
 // this is also the zero padding of ELU(x) that a causal convolution after it needs.
 ggml_tensor * elu_pad(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t right);

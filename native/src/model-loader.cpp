@@ -13,6 +13,7 @@
 #include <memory>
 
 #if !defined(_WIN32)
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #endif
@@ -193,7 +194,9 @@ bool model_loader::map_weights(FILE * file, uint64_t file_size, size_t data_offs
         QT_LOG_INFO("%s: cannot map the file (%s): weights read into memory", path_.c_str(), strerror(errno));
         return false;
     }
-    mapping_ = std::shared_ptr<void>(base, [size = size_t(file_size)](void * p) { munmap(p, size); });
+    // a descriptor of its own for the tables' rows (table-rows.h); without one they are read
+    // through the mapping
+    mapping_ = std::make_shared<mapped_model_file>(base, size_t(file_size), fcntl(fileno(file), F_DUPFD_CLOEXEC, 0));
     auto * data = static_cast<uint8_t *>(base) + data_offset;
     buffer_.reset(ggml_backend_cpu_buffer_from_ptr(data, size_t(data_end - data_offset)));
     if (!buffer_) {
@@ -354,6 +357,11 @@ void model_loader::release(const ggml_tensor * t) const {
 #else
     (void) t;
 #endif
+}
+
+table_rows model_loader::require_table(const std::string & name, std::initializer_list<int64_t> ne) {
+    ggml_tensor * t = require(name, ne);
+    return table_rows(t, t->buffer == buffer_.get() ? mapping_ : nullptr);
 }
 
 ggml_tensor * model_loader::require(const std::string & name) {

@@ -7,6 +7,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "gguf.h"
+#include "table-rows.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +45,9 @@ public:
     ggml_tensor * require(const std::string & name, std::initializer_list<int64_t> ne);
     // Same, for tensors whose shape the caller checks itself.
     ggml_tensor * require(const std::string & name);
+    // A table read a few rows at a time (an embedding, a codebook): `require` with its rows read
+    // from the file where the weights are mapped (table-rows.h).
+    table_rows    require_table(const std::string & name, std::initializer_list<int64_t> ne);
     bool          has_tensor(const std::string & name) const;
     // `t` is no longer read (its user keeps a rearranged copy): where the weights are mapped,
     // the pages wholly inside it leave the process's memory (they stay in the page cache).
@@ -69,7 +73,7 @@ private:
     std::string             path_;
     gguf_context_ptr        gguf_;
     ggml_context_ptr        meta_;
-    std::shared_ptr<void>   mapping_;  // declared before buffer_: destroyed after it
+    std::shared_ptr<mapped_model_file> mapping_;  // declared before buffer_: destroyed after it
     ggml_backend_buffer_ptr buffer_;
     std::map<std::string, ggml_tensor *> tensors_;
     size_t                  weight_bytes_ = 0;

@@ -31,7 +31,7 @@ void prompt_builder::load(model_loader & ml, const talker & model) {
     }
     cp_codec_embd_.clear();
     for (int q = 0; q + 1 < n_groups; ++q) {
-        cp_codec_embd_.push_back(ml.require("cp.codec_embd." + std::to_string(q) + ".weight", { H, cp_vocab }));
+        cp_codec_embd_.push_back(ml.require_table("cp.codec_embd." + std::to_string(q) + ".weight", { H, cp_vocab }));
     }
     language_ids_ = ml.get_i32_array(QT_KEY_TALKER_LANG_IDS);
     codec_pad_ = int32_t(ml.get_u32(QT_KEY_CODEC_PAD_ID));
@@ -67,7 +67,7 @@ void prompt_builder::load(model_loader & ml, const talker & model) {
 std::vector<float> prompt_builder::frame_embed(const cpu_backend & backend, const int32_t * codes,
                                                int64_t n_frames) const {
     const int n_books = n_codebooks();
-    const int64_t cp_vocab = cp_codec_embd_[0]->ne[1];
+    const int64_t cp_vocab = cp_codec_embd_[0].table()->ne[1];
     std::vector<std::vector<int32_t>> by_book(size_t(n_books), std::vector<int32_t>(static_cast<size_t>(n_frames)));
     for (int64_t f = 0; f < n_frames; ++f) {
         for (int q = 0; q < n_books; ++q) {
@@ -89,7 +89,7 @@ std::vector<float> prompt_builder::frame_embed(const cpu_backend & backend, cons
     ggml_tensor * acc = nullptr;
     for (int q = 1; q < n_books; ++q) {
         ggml_tensor * ids = run.input_i32("codes", by_book[size_t(q)].data(), { n_frames });
-        ggml_tensor * e = ggml_get_rows(run.ctx(), cp_codec_embd_[size_t(q - 1)], ids);
+        ggml_tensor * e = cp_codec_embd_[size_t(q - 1)].get(run.ctx(), ids);
         acc = acc ? ggml_add(run.ctx(), acc, e) : e;
     }
     run.compute(acc);

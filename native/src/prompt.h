@@ -61,7 +61,7 @@ public:
 
 private:
     const talker *             talker_ = nullptr;
-    std::vector<ggml_tensor *> cp_codec_embd_;  // E_1..E_15: (hidden, codebook_size)
+    std::vector<table_rows>    cp_codec_embd_;  // E_1..E_15: (hidden, codebook_size)
     std::vector<int32_t>       language_ids_;
     int32_t codec_pad_ = 0, codec_bos_ = 0, think_ = 0, nothink_ = 0, think_bos_ = 0, think_eos_ = 0;
     int32_t tts_pad_ = 0, tts_bos_ = 0, tts_eos_ = 0;

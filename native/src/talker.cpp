@@ -39,8 +39,8 @@ void talker::load(model_loader & ml) {
     const int64_t H = hp_.hidden;
     layers_ = load_qwen3_layers(ml, "talker.", hp_);
     output_norm_ = ml.require("talker.output_norm.weight", { H });
-    codec_embd_ = ml.require("talker.codec_embd.weight", { H, hp_.vocab });
-    text_embd_ = ml.require("talker.text_embd.weight", { hp_.text_hidden, hp_.text_vocab });
+    codec_embd_ = ml.require_table("talker.codec_embd.weight", { H, hp_.vocab });
+    text_embd_ = ml.require_table("talker.text_embd.weight", { hp_.text_hidden, hp_.text_vocab });
     text_proj1_w_ = ml.require("talker.text_proj1.weight", { hp_.text_hidden, hp_.text_hidden });
     text_proj1_b_ = ml.require("talker.text_proj1.bias", { hp_.text_hidden });
     text_proj2_w_ = ml.require("talker.text_proj2.weight", { hp_.text_hidden, H });
@@ -73,7 +73,7 @@ std::vector<float> talker::text_embed(const compute_backend & backend, const int
     stage_dumper no_dump;
     graph_run run(backend, no_dump, 64);
     ggml_context * ctx = run.ctx();
-    ggml_tensor * x = ggml_get_rows(ctx, text_embd_, run.input_i32("text_ids", ids, { n }));  // (text_hidden, n)
+    ggml_tensor * x = text_embd_.get(ctx, run.input_i32("text_ids", ids, { n }));  // (text_hidden, n)
     x = ggml_silu(ctx, dense(ctx, text_proj1_w_, x, text_proj1_b_));
     x = dense(ctx, text_proj2_w_, x, text_proj2_b_);
     run.compute(x);
@@ -87,7 +87,7 @@ std::vector<float> talker::codec_embed(const compute_backend & backend, const in
     check_ids(ids, n, hp_.vocab, "codec");
     stage_dumper no_dump;
     graph_run run(backend, no_dump, 16);
-    ggml_tensor * x = ggml_get_rows(run.ctx(), codec_embd_, run.input_i32("codec_ids", ids, { n }));
+    ggml_tensor * x = codec_embd_.get(run.ctx(), run.input_i32("codec_ids", ids, { n }));
     run.compute(x);
     return run.read_f32(x);
 }

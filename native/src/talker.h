@@ -81,8 +81,8 @@ private:
     talker_hparams     hp_;
     std::vector<layer> layers_;
     ggml_tensor *      output_norm_ = nullptr;
-    ggml_tensor *      codec_embd_ = nullptr;  // (hidden, vocab)
-    ggml_tensor *      text_embd_ = nullptr;   // (text_hidden, text_vocab)
+    table_rows         codec_embd_;  // (hidden, vocab)
+    table_rows         text_embd_;   // (text_hidden, text_vocab)
     ggml_tensor *      text_proj1_w_ = nullptr;
     ggml_tensor *      text_proj1_b_ = nullptr;
     ggml_tensor *      text_proj2_w_ = nullptr;

@@ -3,6 +3,7 @@
 #include "cpu-ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -239,35 +240,26 @@ __attribute__((target("avx512f,avx512vl,avx2,fma"))) void output_avx512(ggml_ten
 
 } // namespace
 
-std::vector<float> winograd_weights(const std::vector<float> & w, int64_t c_in, int64_t c_out) {
-    const transforms &  tf = winograd();
-    std::vector<float>  u(static_cast<size_t>(k_a * c_out * c_in));
-    std::vector<double> acc(static_cast<size_t>(c_in));
-    for (int p = 0; p < k_a; ++p) {
-        for (int64_t o = 0; o < c_out; ++o) {
-            std::fill(acc.begin(), acc.end(), 0.0);
+const tap_combination & winograd_weight_transform() {
+    static const auto coef = [] {
+        std::array<float, k_a * k_r> c{};
+        for (int p = 0; p < k_a; ++p) {
             for (int k = 0; k < k_r; ++k) {
-                const double g = tf.weight[p][k];
-                const float * row = w.data() + size_t((o * k_r + k) * c_in);
-                for (int64_t c = 0; c < c_in; ++c) {
-                    acc[size_t(c)] += g * row[c];
-                }
-            }
-            float * out = u.data() + size_t((p * c_out + o) * c_in);
-            for (int64_t c = 0; c < c_in; ++c) {
-                out[c] = float(acc[size_t(c)]);
+                c[size_t(p * k_r + k)] = float(winograd().weight[p][k]);  // powers of the points: exact in f32
             }
         }
-    }
-    return u;
+        return c;
+    }();
+    static const tap_combination combination{ k_a, k_r, coef.data() };
+    return combination;
 }
 
-ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * u, ggml_tensor * b, int dilation) {
-    const int64_t c_in = u->ne[0];
-    const int64_t c_out = u->ne[1];
+ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation) {
+    const int64_t c_in = w->ne[0];
+    const int64_t c_out = w->ne[2];
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] == c_in && x->ne[2] == 1 &&
                 x->ne[3] == 1);
-    GGML_ASSERT(u->type == GGML_TYPE_F32 && ggml_is_contiguous(u) && u->ne[2] == k_a);
+    GGML_ASSERT(w->ne[1] == k_r && w->ne[3] == 1);
     GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == c_out));
     GGML_ASSERT(dilation >= 1 && x->ne[1] > int64_t(k_r - 1) * dilation);
     const int64_t t_out = x->ne[1] - int64_t(k_r - 1) * dilation;
@@ -285,7 +277,7 @@ ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * u
     ggml_tensor * in_args[] = { x };
     ggml_tensor * v = ggml_custom_4d(ctx, GGML_TYPE_F32, c_in, tl.n_tiles, k_a, 1, in_args, 1, input_op,
                                      GGML_N_TASKS_MAX, data);
-    ggml_tensor * m = dense(ctx, u, v);  // (C_out, tiles, points): one product per point
+    ggml_tensor * m = dense_taps(ctx, w, winograd_weight_transform(), v);  // (C_out, tiles, points): one product per point
     ggml_tensor * out_args[] = { m, b };
     return ggml_custom_4d(ctx, GGML_TYPE_F32, c_out, t_out, 1, 1, out_args, b ? 2 : 1, output_op, GGML_N_TASKS_MAX,
                           data);

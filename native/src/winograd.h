@@ -8,14 +8,16 @@
 // back. In f32 the outputs stay within ~1.6e-6 (relative RMS) of the direct convolution. Larger
 // tiles round worse: F(6, 7) (4e-6) decoded the fixtures' streams 8 dB further from their
 // whole decode than F(4, 7) (72.5 against 80.5 dB; the direct convolution gives 96.6), below the
-// 80 dB the tests hold streaming to. The transformed weights must stay f32 (rounded to f16 they
-// lose 3e-3), so they take 10/7 of the f32 weight's memory.
+// 80 dB the tests hold streaming to. The transformed weights must be f32 (rounded to f16 they
+// lose 3e-3), 10/7 of the f32 taps and 20/7 of the f16 ones, so they are not kept: the GEMM
+// computes each panel of them from the stored taps while it packs the panel (about 7 multiply-
+// adds per weight against one per weight and tile for the product itself).
 #pragma once
 
+#include "cpu-ops.h"
 #include "ggml.h"
 
 #include <cstdint>
-#include <vector>
 
 namespace qt {
 
@@ -23,14 +25,13 @@ constexpr int k_winograd_taps = 7;
 constexpr int k_winograd_outputs = 4;                                      // per tile
 constexpr int k_winograd_points = k_winograd_outputs + k_winograd_taps - 1;  // per tile
 
-// The transformed weights U = (C_in, C_out, points) of a convolution weight w = (C_in, 7, C_out)
-// (ggml order; w given as f32 values), flattened innermost first.
-std::vector<float> winograd_weights(const std::vector<float> & w, int64_t c_in, int64_t c_out);
+// The weight transform: U_p = sum_k coef[p][k] W_k for the taps W_k (dense_taps in cpu-ops.h).
+const tap_combination & winograd_weight_transform();
 
-// y (C_out, T) = the convolution of x (C_in, 6 * dilation + T) with the weights that u (from
-// winograd_weights) holds, plus b (C_out) when given: y[:, t] = sum_k W_k x[:, t + k * dilation],
-// i.e. a causal convolution whose history is x's first 6 * dilation frames. x's rows may be
-// strided.
-ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * u, ggml_tensor * b, int dilation);
+// y (C_out, T) = the convolution of x (C_in, 6 * dilation + T) with the taps w (C_in, 7, C_out;
+// f32, f16 or q8_0, as stored), plus b (C_out) when given: y[:, t] = sum_k W_k x[:, t + k *
+// dilation], i.e. a causal convolution whose history is x's first 6 * dilation frames. x's rows
+// may be strided.
+ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation);
 
 } // namespace qt

@@ -3,6 +3,7 @@
 #include "graph.h"
 #include "log.h"
 #include "mat-vecs.h"
+#include "table-rows.h"
 #include "test-check.h"
 #include "winograd.h"
 
@@ -12,7 +13,15 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <fstream>
+#include <string>
 #include <vector>
+
+#if defined(__linux__)
+#    include <fcntl.h>
+#    include <sys/mman.h>
+#    include <unistd.h>
+#endif
 
 namespace {
 
@@ -96,10 +105,10 @@ void test_conv(const qt::cpu_backend & backend, int64_t K, int stride, int dilat
 
 // winograd_conv against the direct convolution in double: every dilation the decoder uses, outputs
 // that fill the last tile partly (T_out 1, 5, 37), channel counts off the 16-lane blocks, input
-// rows at a stride (a view of wider frames). Returns the outputs for the bit-for-bit comparison
-// of the instruction sets.
+// rows at a stride (a view of wider frames), taps stored as f32 and as f16 (the quantized models'
+// decoder). Returns the outputs for the bit-for-bit comparison of the instruction sets.
 std::vector<float> test_winograd(const qt::cpu_backend & backend, int dilation, int64_t t_out, int64_t c_in,
-                                 int64_t c_out, bool bias) {
+                                 int64_t c_out, bool bias, ggml_type taps_type) {
     std::mt19937  rng(7 + dilation * 31 + t_out * 3 + c_in);
     const int64_t K = qt::k_winograd_taps;
     const int64_t T = t_out + dilation * (K - 1);
@@ -110,6 +119,11 @@ std::vector<float> test_winograd(const qt::cpu_backend & backend, int dilation, 
         std::copy_n(xw.begin() + t * wide, c_in, x.begin() + t * c_in);
     }
     auto w = random_vector(size_t(K * c_out * c_in), rng);
+    std::vector<ggml_fp16_t> w16(w.size());
+    if (taps_type == GGML_TYPE_F16) {  // the reference convolves the taps as stored
+        ggml_fp32_to_fp16_row(w.data(), w16.data(), int64_t(w.size()));
+        ggml_fp16_to_fp32_row(w16.data(), w.data(), int64_t(w.size()));
+    }
     auto b = random_vector(size_t(c_out), rng);
     int64_t n_out = 0;
     auto want = naive_conv(x, T, c_in, w, c_out, K, 1, dilation, &n_out);
@@ -118,19 +132,18 @@ std::vector<float> test_winograd(const qt::cpu_backend & backend, int dilation, 
             want[i] += b[i % size_t(c_out)];
         }
     }
-    const std::vector<float> u = qt::winograd_weights(w, c_in, c_out);
-
     qt::stage_dumper no_dump;
     qt::graph_run run(backend, no_dump, 256);
     ggml_tensor * gxw = run.input_f32("x", xw.data(), { wide, T });
     ggml_tensor * gx = ggml_view_2d(run.ctx(), gxw, c_in, T, gxw->nb[1], 0);
-    ggml_tensor * gu = run.input_f32("u", u.data(), { c_in, c_out, qt::k_winograd_points });
+    ggml_tensor * gw = taps_type == GGML_TYPE_F16 ? run.input("w", GGML_TYPE_F16, w16.data(), { c_in, K, c_out })
+                                                  : run.input_f32("w", w.data(), { c_in, K, c_out });
     ggml_tensor * gb = bias ? run.input_f32("b", b.data(), { c_out }) : nullptr;
-    ggml_tensor * y = qt::winograd_conv(run.ctx(), gx, gu, gb, dilation);
+    ggml_tensor * y = qt::winograd_conv(run.ctx(), gx, gw, gb, dilation);
     run.compute(y);
     char name[96];
-    snprintf(name, sizeof(name), "winograd_conv dilation %d, %lld -> %lld x %lld frames%s", dilation,
-             (long long) c_in, (long long) c_out, (long long) t_out, bias ? " + bias" : "");
+    snprintf(name, sizeof(name), "winograd_conv dilation %d, %lld -> %lld x %lld frames%s, %s taps", dilation,
+             (long long) c_in, (long long) c_out, (long long) t_out, bias ? " + bias" : "", ggml_type_name(taps_type));
     if (y->ne[0] != c_out || y->ne[1] != n_out || n_out != t_out) {
         check(false, "%s: output %lld x %lld", name, (long long) y->ne[0], (long long) y->ne[1]);
         return {};
@@ -697,6 +710,78 @@ void time_snake_scalar() {
 
 } // namespace
 
+#if defined(__linux__)
+// Resident kilobytes of the mapping that starts at `base` (its Rss line in /proc/self/smaps).
+long resident_kib(const void * base) {
+    std::ifstream smaps("/proc/self/smaps");
+    char          start[32];
+    snprintf(start, sizeof(start), "%lx-", static_cast<unsigned long>(reinterpret_cast<uintptr_t>(base)));
+    bool        in_mapping = false;
+    std::string line;
+    while (std::getline(smaps, line)) {
+        if (line.rfind(start, 0) == 0) {
+            in_mapping = true;
+        } else if (in_mapping && line.rfind("Rss:", 0) == 0) {
+            return std::stol(line.substr(4));
+        }
+    }
+    return -1;
+}
+
+// table_rows on a table in a mapped file, as the model loader maps the weights: the same bits as
+// ggml_get_rows for every type a table has, with none of the file's pages mapped into the
+// process, where ggml_get_rows maps pages (and their neighbours) for each row it reads.
+void test_table_rows(const qt::cpu_backend & backend) {
+    const int64_t row = 256, n_rows = 4096;  // 1-4 MiB, hundreds of pages, as an embedding
+    for (ggml_type type : { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K }) {
+        std::mt19937 rng(uint32_t(type) + 5);
+        const auto   values = random_vector(size_t(row * n_rows), rng);
+        std::vector<uint8_t> bytes(ggml_row_size(type, row) * size_t(n_rows));
+        if (type == GGML_TYPE_F32) {
+            memcpy(bytes.data(), values.data(), bytes.size());
+        } else {
+            ggml_quantize_chunk(type, values.data(), bytes.data(), 0, n_rows, row, nullptr);
+        }
+        char      path[] = "/tmp/vocable-test-table-XXXXXX";
+        const int fd = mkstemp(path);
+        const bool written = fd >= 0 && write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size());
+        unlink(path);
+        void * base = written ? mmap(nullptr, bytes.size(), PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+        if (base == MAP_FAILED) {
+            check(false, "table rows %s: a mapped temporary file", ggml_type_name(type));
+            return;
+        }
+        const auto file = std::make_shared<qt::mapped_model_file>(base, bytes.size(), fd);
+        const ggml_context_ptr meta = qt::new_metadata_context(1, false, "table");
+        ggml_tensor * table = ggml_new_tensor_2d(meta.get(), type, row, n_rows);
+        table->data = base;
+        const qt::table_rows rows(table, file);
+
+        std::vector<int32_t> ids;
+        for (int i = 0; i < 300; ++i) {  // scattered, repeats included
+            ids.push_back(int32_t(rng() % uint32_t(n_rows)));
+        }
+        std::vector<float> through[2];
+        long               resident[2] = {};
+        for (int from_file : { 1, 0 }) {
+            qt::stage_dumper no_dump;
+            qt::graph_run run(backend, no_dump, 16);
+            ggml_tensor * id = run.input_i32("ids", ids.data(), { int64_t(ids.size()) });
+            ggml_tensor * y = from_file ? rows.get(run.ctx(), id) : ggml_get_rows(run.ctx(), table, id);
+            run.compute(y);
+            through[from_file] = run.read_f32(y);
+            resident[from_file] = resident_kib(base);
+        }
+        const char * name = ggml_type_name(type);
+        check(through[1] == through[0], "table rows %s: the same bits as ggml_get_rows", name);
+        check(resident[1] == 0, "table rows %s: read from the file, nothing of it mapped in (%ld KiB)", name,
+              resident[1]);
+        check(resident[0] > 0, "table rows %s: ggml_get_rows through the mapping maps pages in (%ld KiB)", name,
+              resident[0]);
+    }
+}
+#endif
+
 int main() {
     return test::run_or_fail([] {
         qt::cpu_backend backend(2);
@@ -706,6 +791,9 @@ int main() {
         test_dense_standard(backend);
         test_packed_dense(backend);
         test_mat_vecs(backend);
+#if defined(__linux__)
+        test_table_rows(backend);
+#endif
         test_elu_pad(backend);
         // the building blocks on every path
         for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
@@ -722,9 +810,10 @@ int main() {
             size_t winograd_case = 0;
             for (int dilation : { 1, 3, 9 }) {
                 for (int64_t t_out : { 1, 5, 37 }) {
-                    for (int64_t channels : { 21, 40 }) {
-                        const std::vector<float> y = test_winograd(backend, dilation, t_out, channels, channels + 3,
-                                                                   t_out != 5);
+                    for (int64_t channels : { 21, 40, 300 }) {
+                        const std::vector<float> y = test_winograd(
+                            backend, dilation, t_out, channels, channels + 3, t_out != 5,
+                            channels == 40 ? GGML_TYPE_F16 : GGML_TYPE_F32);
                         if (level == int(qt::cpu_kernels::avx2)) {
                             winograd_avx2.push_back(y);
                         } else if (level == int(qt::cpu_kernels::avx512)) {
