@@ -258,6 +258,38 @@ void prefetch_rows(const ggml_tensor * w, int64_t b, int64_t first, int64_t coun
     }
 }
 
+// out[k] for k < n (a multiple of 8) = sum over i < M of coef[i] * rows[i][k], in double, for
+// f16 (F16) or f32 rows.
+template <int M, bool F16>
+QT_AVX2 void combine_taps(const char * const rows[], const __m256d coef[], int n, float * out) {
+    for (int k = 0; k < n; k += 8) {
+        __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+        for (int i = 0; i < M; ++i) {
+            const __m256 t = F16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(
+                                       reinterpret_cast<const uint16_t *>(rows[i]) + k)))
+                                 : _mm256_loadu_ps(reinterpret_cast<const float *>(rows[i]) + k);
+            lo = _mm256_fmadd_pd(coef[i], _mm256_cvtps_pd(_mm256_castps256_ps128(t)), lo);
+            hi = _mm256_fmadd_pd(coef[i], _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1)), hi);
+        }
+        _mm256_store_ps(out + k, _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
+    }
+}
+
+template <bool F16>
+QT_AVX2 void combine_taps(int m, const char * const rows[], const __m256d coef[], int n, float * out) {
+    switch (m) {
+        case 1: combine_taps<1, F16>(rows, coef, n, out); break;
+        case 2: combine_taps<2, F16>(rows, coef, n, out); break;
+        case 3: combine_taps<3, F16>(rows, coef, n, out); break;
+        case 4: combine_taps<4, F16>(rows, coef, n, out); break;
+        case 5: combine_taps<5, F16>(rows, coef, n, out); break;
+        case 6: combine_taps<6, F16>(rows, coef, n, out); break;
+        default: combine_taps<7, F16>(rows, coef, n, out); break;
+    }
+}
+
+constexpr int k_max_taps = 7;
+
 // Elements [k0, k0 + n) of row o of U_p = sum_r coef[p][r] W_r, for the taps W (K, R, N), into
 // `out`. Summed in double, in order of r, and rounded once: each product of a tap (f32, or f16
 // widened) and a coefficient (a power of a short dyadic point) is exact in double, so these are
@@ -268,22 +300,22 @@ QT_AVX2 const float * combined_row(const ggml_tensor * taps, const tap_combinati
     const float * coef = c.coef + p * c.taps;
     const char *  rows = static_cast<const char *>(taps->data) + o * taps->nb[2];
     const bool    f16 = taps->type == GGML_TYPE_F16;
-    if ((f16 || taps->type == GGML_TYPE_F32) && n % 8 == 0) {  // widened and summed in registers
-        for (int k = 0; k < n; k += 8) {
-            __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-            for (int r = 0; r < c.taps; ++r) {
-                if (coef[r] == 0.0f) {
-                    continue;
-                }
-                const char * row = rows + r * taps->nb[1];
-                const __m256 t = f16 ? _mm256_cvtph_ps(_mm_loadu_si128(
-                                           reinterpret_cast<const __m128i *>(reinterpret_cast<const uint16_t *>(row) + k0 + k)))
-                                     : _mm256_loadu_ps(reinterpret_cast<const float *>(row) + k0 + k);
-                const __m256d cr = _mm256_set1_pd(double(coef[r]));
-                lo = _mm256_fmadd_pd(cr, _mm256_cvtps_pd(_mm256_castps256_ps128(t)), lo);
-                hi = _mm256_fmadd_pd(cr, _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1)), hi);
+    if ((f16 || taps->type == GGML_TYPE_F32) && n % 8 == 0 && c.taps <= k_max_taps) {  // summed in registers
+        const char * used[k_max_taps];
+        __m256d      used_coef[k_max_taps];
+        int          m = 0;
+        for (int r = 0; r < c.taps; ++r) {
+            if (coef[r] != 0.0f) {
+                used[m] = rows + r * taps->nb[1] + k0 * int64_t(ggml_type_size(taps->type));
+                used_coef[m++] = _mm256_set1_pd(double(coef[r]));
             }
-            _mm256_store_ps(out + k, _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
+        }
+        if (m == 0) {
+            memset(out, 0, size_t(n) * sizeof(float));
+        } else if (f16) {
+            combine_taps<true>(m, used, used_coef, n, out);
+        } else {
+            combine_taps<false>(m, used, used_coef, n, out);
         }
         return out;
     }
@@ -391,7 +423,10 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
     // panel in turn against the same x block, which then stays in L2 (one panel per item would
     // read the whole x block from L3 once per panel). Groups shrink until every thread gets a
     // few items.
-    const int64_t per_group = std::max<int64_t>(
+    // Taps over one block of frames: a panel's points one after the other, so that its taps
+    // (nr * K * R values) come from memory once and then from L2 for each point.
+    const bool    points_inner = g.taps && n_chunks == 1;
+    const int64_t per_group = points_inner ? 1 : std::max<int64_t>(
         1, std::min<int64_t>(k_group_outputs / nr, B * n_chunks * n_panels / (4 * int64_t(nth))));
     const int64_t n_groups = (n_panels + per_group - 1) / per_group;
     int64_t       first = 0, last = 0;
@@ -411,9 +446,9 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
     float * const panels = reinterpret_cast<float *>((reinterpret_cast<uintptr_t>(tap_panels.data()) + 63) & ~uintptr_t(63));
     for (int64_t item = first; item < last; ++item) {
         // taps: blocks of frames innermost, so that consecutive items share their panels
-        const int64_t bi = item / (n_chunks * n_groups);
-        const int64_t chunk = g.taps ? item % n_chunks : item / n_groups % n_chunks;
-        const int64_t gi = g.taps ? item / n_chunks % n_groups : item % n_groups;
+        const int64_t bi = points_inner ? item % B : item / (n_chunks * n_groups);
+        const int64_t chunk = points_inner ? 0 : g.taps ? item % n_chunks : item / n_groups % n_chunks;
+        const int64_t gi = points_inner ? item / B : g.taps ? item / n_chunks % n_groups : item % n_groups;
         const int64_t t0 = chunk * k_tc;
         const int64_t t1 = std::min(T, t0 + k_tc);
         const int64_t g0 = gi * per_group * nr;  // first output of the group
