@@ -334,20 +334,6 @@ QT_AVX2 const float * combined_row(const ggml_tensor * taps, const tap_combinati
     return out;
 }
 
-// Asks for elements [k0, k0 + n) of every tap of outputs [first, first + count) in cache.
-void prefetch_taps(const ggml_tensor * taps, int64_t first, int64_t count, int64_t k0, int n) {
-    const size_t offset = ggml_row_size(taps->type, k0);
-    const size_t bytes = ggml_row_size(taps->type, n);
-    for (int64_t j = 0; j < count; ++j) {
-        for (int64_t r = 0; r < taps->ne[1]; ++r) {
-            const char * row = static_cast<const char *>(taps->data) + (first + j) * taps->nb[2] + r * taps->nb[1] + offset;
-            for (size_t at = 0; at < bytes; at += 64) {
-                __builtin_prefetch(row + at);
-            }
-        }
-    }
-}
-
 // The register tiles of one instruction set: `run` multiplies a block of up to `mr` frames
 // by a panel of `nr` outputs.
 struct avx2_tiles {
@@ -480,6 +466,7 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
             const int kc = int(std::min<int64_t>(k_kc, K - kb));
             for (int64_t o0 = g0; o0 < g1; o0 += nr) {
                 const int     nv = int(std::min<int64_t>(nr, N - o0));
+                const float * panel = wp;
                 if (g.packed) {
                     widen_panel<nr>(static_cast<const uint16_t *>(g.w->data) + packed_index(o0, kb, K), kc, wp);
                 } else if (g.taps) {
@@ -491,15 +478,12 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
                                              : k_zero_row;
                         }
                         pack_panel<nr>(rows, kc, cached);
-                        if (o0 + nr < g1) {
-                            prefetch_taps(g.w, o0 + nr, std::min<int64_t>(nr, g1 - o0 - nr), kb, kc);
+                        // every tap of the next panel's outputs (taps batch o holds output o's rows)
+                        for (int64_t o = o0 + nr; o < std::min(g1, o0 + 2 * nr); ++o) {
+                            prefetch_rows(g.w, o, 0, g.w->ne[1], kb, kc);
                         }
                     }
-                    for (int64_t t = t0; t < t1; t += Tiles::mr) {
-                        Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, cached,
-                                   yd + t * ldy + o0, ldy, nv);
-                    }
-                    continue;
+                    panel = cached;
                 } else {
                     const float * rows[nr];
                     for (int j = 0; j < nr; ++j) {
@@ -522,7 +506,7 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
                     }
                 }
                 for (int64_t t = t0; t < t1; t += Tiles::mr) {
-                    Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, wp,
+                    Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, panel,
                                yd + t * ldy + o0, ldy, nv);
                 }
             }
