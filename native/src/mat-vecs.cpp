@@ -12,6 +12,11 @@
 #    include <immintrin.h>
 #    define QT_MATVEC_X86  1
 #    define QT_MATVEC_AVX2 __attribute__((target("avx2,fma,f16c")))
+#    if !defined(__clang__)
+// GCC 12's AVX512 intrinsics pass an undefined vector (a self-initialised variable) as the unused
+// merge operand, which -Wmaybe-uninitialized reports at every use.
+#        pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#    endif
 #endif
 
 namespace qt {
@@ -168,9 +173,131 @@ QT_Q4K_ROW_DOT(q4k_row_dot, "avx2,fma,f16c", _mm256_add_epi32(sumi, _mm256_madd_
 QT_Q4K_ROW_DOT(q4k_row_dot_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
                _mm256_dpwssd_epi32(sumi, scale[h], pairs))
 
+// The same dot with 512-bit vectors: sub-blocks 2j and 2j + 1 side by side in one register (the
+// row's low and high nibbles of the same 32 bytes, against the column's 64 contiguous bytes), so
+// each column takes half the instructions; the halves' lanes are added at the end, which gives
+// the same exact integer lanes as the 256-bit dot.
+#define QT_Q4K_ROW_DOT_512(NAME, TARGET, ADD_SCALED)                                                             \
+    template <int COLS>                                                                                          \
+    __attribute__((target(TARGET))) void NAME(const block_q4_k * x, int nb, const block_q8_k * const * ys,      \
+                                              const int16_t * q8s, int n_cols, float * out) {                    \
+        const int cols = COLS ? COLS : n_cols;                                                                   \
+        __m256    acc[COLS ? COLS : k_max_columns];                                                              \
+        __m128    acc_m[COLS ? COLS : k_max_columns];                                                            \
+        for (int c = 0; c < cols; ++c) {                                                                         \
+            acc[c] = _mm256_setzero_ps();                                                                        \
+            acc_m[c] = _mm_setzero_ps();                                                                         \
+        }                                                                                                        \
+        const __m256i      m4 = _mm256_set1_epi8(0xF);                                                           \
+        constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                        \
+        for (int i = 0; i < nb; ++i) {                                                                           \
+            for (int line = 0; line < 3; ++line) {                                                               \
+                _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0); \
+            }                                                                                                    \
+            const float xd = _cvtsh_ss(x[i].d);                                                                  \
+            const float xdmin = _cvtsh_ss(x[i].dmin);                                                            \
+            uint32_t    utmp[4];                                                                                 \
+            memcpy(utmp, x[i].scales, 12);                                                                       \
+            utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                              \
+            const uint32_t uaux = utmp[1] & kmask1;                                                              \
+            utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                     \
+            utmp[2] = uaux;                                                                                      \
+            utmp[0] &= kmask1;                                                                                   \
+            const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp); /* 8 scales, then 8 mins */            \
+            const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));          \
+            __m512i         q4[4], scale[4];                                                                     \
+            for (int j = 0; j < k_qk / 64; ++j) {                                                                \
+                const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j));   \
+                q4[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bits, m4)),                   \
+                                           _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), 1);                 \
+                scale[j] = _mm512_inserti64x4(_mm512_set1_epi16(int16_t(sc[2 * j])),                            \
+                                              _mm256_set1_epi16(int16_t(sc[2 * j + 1])), 1);                     \
+            }                                                                                                    \
+            for (int c = 0; c < cols; ++c) {                                                                     \
+                const block_q8_k & y = ys[c][i];                                                                 \
+                const float        d = y.d * xd;                                                                 \
+                const float        dmin = -y.d * xdmin;                                                          \
+                const __m128i      sums = _mm_loadu_si128(                                                       \
+                    reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));          \
+                acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]); \
+                __m512i sumi = _mm512_setzero_si512();                                                           \
+                for (int j = 0; j < k_qk / 64; ++j) {                                                            \
+                    const __m512i pairs = _mm512_maddubs_epi16(q4[j], _mm512_loadu_si512(y.qs + 64 * j));        \
+                    sumi = ADD_SCALED;                                                                           \
+                }                                                                                                \
+                const __m256i halves =                                                                           \
+                    _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));          \
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(halves), acc[c]);                 \
+            }                                                                                                    \
+        }                                                                                                        \
+        for (int c = 0; c < cols; ++c) {                                                                         \
+            __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                  \
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                               \
+            out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                    \
+        }                                                                                                        \
+    }
+
+QT_Q4K_ROW_DOT_512(q4k_row_dot_512, "avx2,fma,f16c,avx512f,avx512vl,avx512bw",
+                   _mm512_add_epi32(sumi, _mm512_madd_epi16(scale[j], pairs)))
+QT_Q4K_ROW_DOT_512(q4k_row_dot_512_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+                   _mm512_dpwssd_epi32(sumi, scale[j], pairs))
+
 QT_MATVEC_AVX2 __m128i q8k_sums_of_32(const block_q8_k & y) {
     const __m256i sums = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(y.bsums));
     return _mm_hadd_epi16(_mm256_extracti128_si256(sums, 0), _mm256_extracti128_si256(sums, 1));
+}
+
+// ggml's quantize_row_q8_K (its x86 build runs the scalar reference) with AVX2, the same bits for
+// finite inputs: the block's scale from its first value of largest magnitude, each value times
+// -127 / that value rounded to the nearest integer, ties to even (as the reference's float trick
+// rounds), and the 16-value sums. An all-zero block gets zero sums where the reference leaves
+// them as they were; its scale is zero, so they add only zeros to any dot product.
+QT_MATVEC_AVX2 void quantize_q8_k(const float * x, block_q8_k * y, int64_t k) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < k / k_qk; ++b, x += k_qk) {
+        block_q8_k & out = y[b];
+        __m256       amax8 = _mm256_setzero_ps();
+        for (int j = 0; j < k_qk; j += 8) {
+            amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        }
+        __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+        amax4 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
+        amax4 = _mm_max_ss(amax4, _mm_movehdup_ps(amax4));
+        const float amax = _mm_cvtss_f32(amax4);
+        if (amax == 0.0f) {
+            out.d = 0.0f;
+            memset(out.qs, 0, sizeof(out.qs));
+            memset(out.bsums, 0, sizeof(out.bsums));
+            continue;
+        }
+        float max = 0.0f;
+        for (int j = 0; j < k_qk; j += 8) {
+            const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j));
+            const int    hits = _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (hits) {
+                max = x[j + __builtin_ctz(unsigned(hits))];
+                break;
+            }
+        }
+        const float   iscale = -127.0f / max;
+        const __m256  scale = _mm256_set1_ps(iscale);
+        const __m256i top = _mm256_set1_epi32(127);
+        for (int g = 0; g < k_qk / 16; ++g) {
+            const __m256i lo = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(scale, _mm256_loadu_ps(x + 16 * g))), top);
+            const __m256i hi =
+                _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(scale, _mm256_loadu_ps(x + 16 * g + 8))), top);
+            // packs work within 128-bit lanes: 16-bit values 0-3 8-11 4-7 12-15, then put in order
+            const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+            const __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(out.qs + 16 * g), bytes);
+            __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(_mm256_add_epi32(lo, hi)),
+                                        _mm256_extracti128_si256(_mm256_add_epi32(lo, hi), 1));
+            sum = _mm_hadd_epi32(sum, sum);
+            sum = _mm_hadd_epi32(sum, sum);
+            out.bsums[g] = int16_t(_mm_cvtsi128_si32(sum));
+        }
+        out.d = 1.0f / iscale;
+    }
 }
 
 using q4k_row_kernel = void (*)(const block_q4_k * x, int nb, const block_q8_k * const * ys, const int16_t * q8s,
@@ -205,6 +332,8 @@ QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const char * xq, size_t xq_s
 
 template <int COLS> constexpr rows_kernel q4k_rows_avx2 = q4k_rows<q4k_row_dot<COLS>>;
 template <int COLS> constexpr rows_kernel q4k_rows_vnni = q4k_rows<q4k_row_dot_vnni<COLS>>;
+template <int COLS> constexpr rows_kernel q4k_rows_512 = q4k_rows<q4k_row_dot_512<COLS>>;
+template <int COLS> constexpr rows_kernel q4k_rows_512_vnni = q4k_rows<q4k_row_dot_512_vnni<COLS>>;
 
 // The rows kernel for q8_0 weights: each row against the q8_0 columns, out[c] bit for bit
 // ggml_vec_dot_q8_0_q8_0 (its AVX2 path: the lanes' integer sums, exact whichever instructions
@@ -267,7 +396,8 @@ QT_Q8_0_ROWS(q8_0_rows_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
 #ifdef QT_MATVEC_X86
 #    define QT_BY_COLUMNS(KERNEL, cols)                                                                 \
         ((cols) == 1 ? KERNEL<1> : (cols) == 2 ? KERNEL<2> : (cols) == 3 ? KERNEL<3> : (cols) == 4 ? KERNEL<4> \
-                                                                                                   : KERNEL<0>)
+         : (cols) == 8 ? KERNEL<8>                                                                              \
+                       : KERNEL<0>)
 #endif
 
 rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
@@ -280,7 +410,10 @@ rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
     static const bool vnni = cpu_backend_loaded().features.find("AVX512_VNNI") != std::string::npos;
     const bool        use_vnni = vnni && kernels == cpu_kernels::avx512;
     if (w->type == GGML_TYPE_Q4_K && ggml_type_size(GGML_TYPE_Q4_K) == 144 && ggml_type_size(GGML_TYPE_Q8_K) == 292) {
-        return use_vnni ? QT_BY_COLUMNS(q4k_rows_vnni, cols) : QT_BY_COLUMNS(q4k_rows_avx2, cols);
+        if (kernels == cpu_kernels::avx512) {
+            return use_vnni ? QT_BY_COLUMNS(q4k_rows_512_vnni, cols) : QT_BY_COLUMNS(q4k_rows_512, cols);
+        }
+        return QT_BY_COLUMNS(q4k_rows_avx2, cols);
     }
     if (w->type == GGML_TYPE_Q8_0 && ggml_type_size(GGML_TYPE_Q8_0) == 34) {
         return use_vnni ? QT_BY_COLUMNS(q8_0_rows_vnni, cols) : QT_BY_COLUMNS(q8_0_rows, cols);
@@ -323,8 +456,14 @@ void converting_product_op(ggml_tensor * dst, int ith, int nth, void * userdata)
     thread_local std::vector<char> xq;
     xq.resize(stride * size_t(x->ne[1]));
     for (int64_t c = 0; c < x->ne[1]; ++c) {
-        traits_of(dot_type)->from_float(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + c * x->nb[1]),
-                                        xq.data() + size_t(c) * stride, x->ne[0]);
+        const float * column = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + c * x->nb[1]);
+#ifdef QT_MATVEC_X86
+        if (dot_type == GGML_TYPE_Q8_K) {  // rows kernels run on AVX2 machines only
+            quantize_q8_k(column, reinterpret_cast<block_q8_k *>(xq.data() + size_t(c) * stride), x->ne[0]);
+            continue;
+        }
+#endif
+        traits_of(dot_type)->from_float(column, xq.data() + size_t(c) * stride, x->ne[0]);
     }
     reinterpret_cast<rows_kernel>(userdata)(w, xq.data(), stride, dst, ith, nth);
 }

@@ -431,6 +431,36 @@ void test_packed_dense(const qt::cpu_backend & backend) {
     qt::cpu_kernels_unforce();
 }
 
+// mat_vecs(W, x) beside ggml_mul_mat(W, column c of x) for each column alone: (N, B) then (N, B)
+// again. x holds B columns of K floats, `stride` floats apart.
+std::vector<float> mat_vecs_and_alone(const qt::cpu_backend & backend, ggml_type type, const std::vector<uint8_t> & wq,
+                                      const std::vector<float> & x, int64_t K, int64_t N, int64_t B, int64_t stride) {
+    qt::stage_dumper no_dump;
+    qt::graph_run    run(backend, no_dump, 64 + 4 * size_t(B));
+    ggml_context *   ctx = run.ctx();
+    ggml_tensor *    wt = run.input("w", type, wq.data(), { K, N });
+    ggml_tensor *    xt = run.input_f32("x", x.data(), { stride, B });
+    ggml_tensor *    y = qt::mat_vecs(ctx, wt, ggml_view_2d(ctx, xt, K, B, xt->nb[1], 0));
+    ggml_tensor *    alone = nullptr;
+    for (int64_t c = 0; c < B; ++c) {
+        ggml_tensor * yc = ggml_mul_mat(ctx, wt, ggml_view_2d(ctx, xt, K, 1, xt->nb[1], size_t(c) * xt->nb[1]));
+        alone = alone ? ggml_concat(ctx, alone, yc, 1) : yc;
+    }
+    ggml_tensor * both = ggml_concat(ctx, y, alone, 1);
+    run.compute(both);
+    return run.read_f32(both);
+}
+
+std::vector<uint8_t> quantized(ggml_type type, const std::vector<float> & w, int64_t K, int64_t N) {
+    std::vector<uint8_t> wq(ggml_row_size(type, K) * size_t(N));
+    if (type == GGML_TYPE_F32) {
+        memcpy(wq.data(), w.data(), wq.size());
+    } else {
+        ggml_quantize_chunk(type, w.data(), wq.data(), 0, N, K, nullptr);
+    }
+    return wq;
+}
+
 // mat_vecs(): each column bit for bit ggml_mul_mat of that column alone, for every weight type
 // the engine stores and on every kernel path (depths that are and are not whole 256-blocks, odd
 // row counts split between the threads, one column and the counts with kernels of their own and
@@ -450,27 +480,8 @@ void test_mat_vecs(const qt::cpu_backend & backend) {
                 std::mt19937 rng(uint32_t(sh.K + sh.N * 7 + sh.B * 13 + int(type)));
                 const auto w = random_vector(size_t(sh.K * sh.N), rng);
                 const auto x = random_vector(size_t((sh.K + 8) * sh.B), rng);  // columns 8 floats apart
-                std::vector<uint8_t> wq(ggml_row_size(type, sh.K) * size_t(sh.N));
-                if (type == GGML_TYPE_F32) {
-                    memcpy(wq.data(), w.data(), wq.size());
-                } else {
-                    ggml_quantize_chunk(type, w.data(), wq.data(), 0, sh.N, sh.K, nullptr);
-                }
-                qt::stage_dumper no_dump;
-                qt::graph_run run(backend, no_dump, 64 + 4 * size_t(sh.B));
-                ggml_context * ctx = run.ctx();
-                ggml_tensor * wt = run.input("w", type, wq.data(), { sh.K, sh.N });
-                ggml_tensor * xt = run.input_f32("x", x.data(), { sh.K + 8, sh.B });
-                ggml_tensor * xv = ggml_view_2d(ctx, xt, sh.K, sh.B, xt->nb[1], 0);
-                ggml_tensor * y = qt::mat_vecs(ctx, wt, xv);
-                ggml_tensor * alone = nullptr;
-                for (int64_t c = 0; c < sh.B; ++c) {
-                    ggml_tensor * yc = ggml_mul_mat(ctx, wt, ggml_view_2d(ctx, xt, sh.K, 1, xt->nb[1], size_t(c) * xt->nb[1]));
-                    alone = alone ? ggml_concat(ctx, alone, yc, 1) : yc;
-                }
-                ggml_tensor * both = ggml_concat(ctx, y, alone, 1);
-                run.compute(both);
-                const std::vector<float> got = run.read_f32(both);
+                const std::vector<float> got =
+                    mat_vecs_and_alone(backend, type, quantized(type, w, sh.K, sh.N), x, sh.K, sh.N, sh.B, sh.K + 8);
                 const size_t half = got.size() / 2;
                 char name[96];
                 snprintf(name, sizeof(name), "mat_vecs %s K %lld N %lld B %lld (%s kernels)", ggml_type_name(type),
@@ -499,13 +510,37 @@ void test_mat_vecs(const qt::cpu_backend & backend) {
     qt::cpu_kernels_unforce();
 }
 
-// Every kernel path of dense() against ggml's own product (the generic path), on shapes that
-// leave partial tiles in every direction (K past one 256-deep panel and not a multiple of 8,
-// frames not a multiple of 6 or 12, outputs not a multiple of 16 or 32), for each weight type
-// the GEMM converts. The vector paths sum in the same order, so they must agree to the bit.
-// dense() as a device's graph builds it (standard ops: narrow products padded with zero frames to
-// ggml-vulkan's matrix kernel, then cut back), here on the CPU: f32 weights, bias and residual,
-// unbatched and batched x, against double sums.
+// The q4_K kernels convert their columns to q8_K themselves: the same bits as ggml's conversion
+// where rounding is at stake. Columns of exact ties (x.5 after scaling, rounded to even), the
+// largest magnitude twice with both signs, a block of zeros,
+// tiny values beside a large one.
+void test_mat_vecs_q8k_columns(const qt::cpu_backend & backend) {
+    constexpr int64_t K = 512, N = 21, B = 4;
+    std::mt19937      rng(7);
+    const auto        w = random_vector(size_t(K * N), rng);
+    std::vector<float> x(size_t(K * B));
+    for (int64_t k = 0; k < K; ++k) {
+        float * col = x.data();
+        col[k] = k % 256 == 3 ? -127.0f : float(k % 255) - 127.0f + 0.5f;  // scale -127 / -127 = 1: ties
+        col = x.data() + K;
+        col[k] = k % 256 == 9 ? 3.0f : k % 256 == 4 ? -3.0f : 0.01f * float(k % 17);  // -3 comes first
+        col = x.data() + 2 * K;
+        col[k] = k < 256 ? 0.0f : std::sin(float(k));
+        col = x.data() + 3 * K;
+        col[k] = k % 128 == 0 ? 1e4f : 1e-30f * float(k % 5);
+    }
+    for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
+        qt::cpu_kernels_force(qt::cpu_kernels(level));
+        const std::vector<float> got =
+            mat_vecs_and_alone(backend, GGML_TYPE_Q4_K, quantized(GGML_TYPE_Q4_K, w, K, N), x, K, N, B, K);
+        const size_t half = got.size() / 2;
+        check(std::equal(got.begin(), got.begin() + half, got.begin() + half),
+              "mat_vecs q4_K, q8_K conversion edge cases (%s kernels): the same bits as each column alone",
+              qt::cpu_kernels_name(qt::cpu_kernels(level)));
+    }
+    qt::cpu_kernels_unforce();
+}
+
 void test_dense_standard(const qt::cpu_backend & backend) {
     const qt::standard_ops_scope standard(true);
     const int64_t K = 40, N = 24;
@@ -791,6 +826,7 @@ int main() {
         test_dense_standard(backend);
         test_packed_dense(backend);
         test_mat_vecs(backend);
+        test_mat_vecs_q8k_columns(backend);
 #if defined(__linux__)
         test_table_rows(backend);
 #endif
