@@ -261,31 +261,56 @@ void prefetch_rows(const ggml_tensor * w, int64_t b, int64_t first, int64_t coun
 // out[k] for k < n (a multiple of 8) = sum over i < M of coef[i] * rows[i][k], in double, for
 // f16 (F16) or f32 rows.
 template <int M, bool F16>
-QT_AVX2 void combine_taps(const char * const rows[], const __m256d coef[], int n, float * out) {
+QT_AVX2 void combine_taps(const char * const rows[], const double coef[], int n, float * out) {
+    __m256d c[M];
+    for (int i = 0; i < M; ++i) {
+        c[i] = _mm256_set1_pd(coef[i]);
+    }
     for (int k = 0; k < n; k += 8) {
         __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
         for (int i = 0; i < M; ++i) {
             const __m256 t = F16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(
                                        reinterpret_cast<const uint16_t *>(rows[i]) + k)))
                                  : _mm256_loadu_ps(reinterpret_cast<const float *>(rows[i]) + k);
-            lo = _mm256_fmadd_pd(coef[i], _mm256_cvtps_pd(_mm256_castps256_ps128(t)), lo);
-            hi = _mm256_fmadd_pd(coef[i], _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1)), hi);
+            lo = _mm256_fmadd_pd(c[i], _mm256_cvtps_pd(_mm256_castps256_ps128(t)), lo);
+            hi = _mm256_fmadd_pd(c[i], _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1)), hi);
         }
         _mm256_store_ps(out + k, _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
     }
 }
 
-template <bool F16>
-QT_AVX2 void combine_taps(int m, const char * const rows[], const __m256d coef[], int n, float * out) {
-    switch (m) {
-        case 1: combine_taps<1, F16>(rows, coef, n, out); break;
-        case 2: combine_taps<2, F16>(rows, coef, n, out); break;
-        case 3: combine_taps<3, F16>(rows, coef, n, out); break;
-        case 4: combine_taps<4, F16>(rows, coef, n, out); break;
-        case 5: combine_taps<5, F16>(rows, coef, n, out); break;
-        case 6: combine_taps<6, F16>(rows, coef, n, out); break;
-        default: combine_taps<7, F16>(rows, coef, n, out); break;
+// The same sums 16 elements a step (n a multiple of 16), with the same double FMAs lane by lane.
+template <int M, bool F16>
+QT_AVX512 void combine_taps_wide(const char * const rows[], const double coef[], int n, float * out) {
+    __m512d c[M];
+    for (int i = 0; i < M; ++i) {
+        c[i] = _mm512_set1_pd(coef[i]);
     }
+    for (int k = 0; k < n; k += 16) {
+        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+        for (int i = 0; i < M; ++i) {
+            const __m512 t = F16 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(
+                                       reinterpret_cast<const uint16_t *>(rows[i]) + k)))
+                                 : _mm512_loadu_ps(reinterpret_cast<const float *>(rows[i]) + k);
+            lo = _mm512_fmadd_pd(c[i], _mm512_cvtps_pd(_mm512_castps512_ps256(t)), lo);
+            hi = _mm512_fmadd_pd(c[i], _mm512_cvtps_pd(_mm512_extractf32x8_ps(t, 1)), hi);
+        }
+        _mm512_storeu_ps(out + k, _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1));
+    }
+}
+
+// combine_taps for m (1 to 7) rows: 512-bit vectors where `wide` and n allow.
+template <bool F16>
+QT_AVX2 void combine_taps(bool wide, int m, const char * const rows[], const double coef[], int n, float * out) {
+    using combiner = void (*)(const char * const[], const double[], int, float *);
+    static constexpr combiner narrow[] = { combine_taps<1, F16>, combine_taps<2, F16>, combine_taps<3, F16>,
+                                           combine_taps<4, F16>, combine_taps<5, F16>, combine_taps<6, F16>,
+                                           combine_taps<7, F16> };
+    static constexpr combiner wider[] = { combine_taps_wide<1, F16>, combine_taps_wide<2, F16>,
+                                          combine_taps_wide<3, F16>, combine_taps_wide<4, F16>,
+                                          combine_taps_wide<5, F16>, combine_taps_wide<6, F16>,
+                                          combine_taps_wide<7, F16> };
+    (wide && n % 16 == 0 ? wider : narrow)[m - 1](rows, coef, n, out);
 }
 
 constexpr int k_max_taps = 7;
@@ -294,28 +319,28 @@ constexpr int k_max_taps = 7;
 // `out`. Summed in double, in order of r, and rounded once: each product of a tap (f32, or f16
 // widened) and a coefficient (a power of a short dyadic point) is exact in double, so these are
 // the bits of the transform computed exactly and rounded to f32. The AVX2 and AVX512 GEMMs both
-// pack through here.
+// pack through here (`wide`: with 512-bit vectors), with the same bits.
 QT_AVX2 const float * combined_row(const ggml_tensor * taps, const tap_combination & c, int64_t p, int64_t o, int64_t k0,
-                                   int n, float * out, float * buf) {
+                                   int n, float * out, float * buf, bool wide) {
     const float * coef = c.coef + p * c.taps;
     const char *  rows = static_cast<const char *>(taps->data) + o * taps->nb[2];
     const bool    f16 = taps->type == GGML_TYPE_F16;
     if ((f16 || taps->type == GGML_TYPE_F32) && n % 8 == 0 && c.taps <= k_max_taps) {  // summed in registers
         const char * used[k_max_taps];
-        __m256d      used_coef[k_max_taps];
+        double       used_coef[k_max_taps];
         int          m = 0;
         for (int r = 0; r < c.taps; ++r) {
             if (coef[r] != 0.0f) {
                 used[m] = rows + r * taps->nb[1] + k0 * int64_t(ggml_type_size(taps->type));
-                used_coef[m++] = _mm256_set1_pd(double(coef[r]));
+                used_coef[m++] = double(coef[r]);
             }
         }
         if (m == 0) {
             memset(out, 0, size_t(n) * sizeof(float));
         } else if (f16) {
-            combine_taps<true>(m, used, used_coef, n, out);
+            combine_taps<true>(wide, m, used, used_coef, n, out);
         } else {
-            combine_taps<false>(m, used, used_coef, n, out);
+            combine_taps<false>(wide, m, used, used_coef, n, out);
         }
         return out;
     }
@@ -337,8 +362,9 @@ QT_AVX2 const float * combined_row(const ggml_tensor * taps, const tap_combinati
 // The register tiles of one instruction set: `run` multiplies a block of up to `mr` frames
 // by a panel of `nr` outputs.
 struct avx2_tiles {
-    static constexpr int nr = 16;
-    static constexpr int mr = 6;
+    static constexpr int  nr = 16;
+    static constexpr int  mr = 6;
+    static constexpr bool wide = false;  // 512-bit vectors
 
     QT_AVX2 static void run(int frames, int kc, const float * x, size_t ldx, const float * wp, float * y, size_t ldy,
                             int nv) {
@@ -354,8 +380,9 @@ struct avx2_tiles {
 };
 
 struct avx512_tiles {
-    static constexpr int nr = 32;
-    static constexpr int mr = 12;
+    static constexpr int  nr = 32;
+    static constexpr int  mr = 12;
+    static constexpr bool wide = true;
 
     QT_AVX512 static void run(int frames, int kc, const float * x, size_t ldx, const float * wp, float * y,
                               size_t ldy, int nv) {
@@ -474,7 +501,7 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
                     if (packed_for != bi * n_groups + gi) {
                         const float * rows[nr];
                         for (int j = 0; j < nr; ++j) {
-                            rows[j] = j < nv ? combined_row(g.w, *g.taps, bi, o0 + j, kb, kc, row_buf + j * k_kc, tap_buf)
+                            rows[j] = j < nv ? combined_row(g.w, *g.taps, bi, o0 + j, kb, kc, row_buf + j * k_kc, tap_buf, Tiles::wide)
                                              : k_zero_row;
                         }
                         pack_panel<nr>(rows, kc, cached);

@@ -83,6 +83,7 @@ struct block_q8_0 {
 static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
 
 constexpr int k_max_columns = 32;
+constexpr int k_group_columns = 8;
 
 // How far ahead of the block in hand the row kernels ask for weights: a thread's rows are one
 // contiguous range, and a lone column leaves the kernel waiting on memory without it (the
@@ -98,8 +99,8 @@ __attribute__((always_inline, target("avx2,fma,f16c"))) inline float hsum_float_
     return _mm_cvtss_f32(res);
 }
 
-// The row kernels below take `COLS` columns, or any number up to k_max_columns for COLS 0: a
-// fixed count keeps each column's sums in registers.
+// The row kernels below take a fixed count of columns, COLS, which keeps each column's sums in
+// registers; the rows kernels take any count in groups of up to k_group_columns.
 
 // One q4_K row against the q8_K columns: out[c] is bit for bit ggml_vec_dot_q4_K_q8_K (its AVX2
 // path, which every ggml variant with AVX2 runs) of the row and column c. The row's nibbles and
@@ -109,136 +110,139 @@ __attribute__((always_inline, target("avx2,fma,f16c"))) inline float hsum_float_
 // block i, as that function forms them. ADD_SCALED adds `pairs`, the 16-bit sums of byte pairs,
 // times the sub-block's scale[h] to the 32-bit lanes of sumi; TARGET names the instruction sets
 // it needs.
-#define QT_Q4K_ROW_DOT(NAME, TARGET, ADD_SCALED)                                                                 \
-    template <int COLS>                                                                                          \
-    __attribute__((target(TARGET))) void NAME(const block_q4_k * x, int nb, const block_q8_k * const * ys,      \
-                                              const int16_t * q8s, int n_cols, float * out) {                    \
-        const int cols = COLS ? COLS : n_cols;                                                                   \
-        __m256    acc[COLS ? COLS : k_max_columns];                                                              \
-        __m128    acc_m[COLS ? COLS : k_max_columns];                                                            \
-        for (int c = 0; c < cols; ++c) {                                                                         \
-            acc[c] = _mm256_setzero_ps();                                                                        \
-            acc_m[c] = _mm_setzero_ps();                                                                         \
-        }                                                                                                        \
-        const __m256i      m4 = _mm256_set1_epi8(0xF);                                                           \
-        constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                        \
-        for (int i = 0; i < nb; ++i) {                                                                           \
-            for (int line = 0; line < 3; ++line) {                                                               \
-                _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0); \
-            }                                                                                                    \
-            const float xd = _cvtsh_ss(x[i].d);                                                                  \
-            const float xdmin = _cvtsh_ss(x[i].dmin);                                                            \
-            uint32_t    utmp[4];                                                                                 \
-            memcpy(utmp, x[i].scales, 12);                                                                       \
-            utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                              \
-            const uint32_t uaux = utmp[1] & kmask1;                                                              \
-            utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                     \
-            utmp[2] = uaux;                                                                                      \
-            utmp[0] &= kmask1;                                                                                   \
-            const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp); /* 8 scales, then 8 mins */            \
-            const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));          \
-            __m256i         q4[8], scale[8];                                                                     \
-            for (int j = 0; j < k_qk / 64; ++j) {                                                                \
-                const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j));   \
-                q4[2 * j] = _mm256_and_si256(bits, m4);                                                          \
-                q4[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);                                \
-                scale[2 * j] = _mm256_set1_epi16(int16_t(sc[2 * j]));                                            \
-                scale[2 * j + 1] = _mm256_set1_epi16(int16_t(sc[2 * j + 1]));                                    \
-            }                                                                                                    \
-            for (int c = 0; c < cols; ++c) {                                                                     \
-                const block_q8_k & y = ys[c][i];                                                                 \
-                const float        d = y.d * xd;                                                                 \
-                const float        dmin = -y.d * xdmin;                                                          \
-                const __m128i      sums = _mm_loadu_si128(                                                       \
-                    reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));          \
-                acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]); \
-                __m256i sumi = _mm256_setzero_si256();                                                           \
-                for (int h = 0; h < 8; ++h) {                                                                    \
-                    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(y.qs + 32 * h));    \
-                    const __m256i pairs = _mm256_maddubs_epi16(q4[h], q8);                                       \
-                    sumi = ADD_SCALED;                                                                           \
-                }                                                                                                \
-                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[c]);                   \
-            }                                                                                                    \
-        }                                                                                                        \
-        for (int c = 0; c < cols; ++c) {                                                                         \
-            __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                  \
-            m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                               \
-            out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                    \
-        }                                                                                                        \
-    }
+#define QT_Q4K_ROW_DOT(NAME, TARGET, ADD_SCALED)                                                                       \
+    struct NAME {                                                                                                      \
+        template <int COLS>                                                                                            \
+        __attribute__((target(TARGET))) static void dot(const block_q4_k * x, int nb, const block_q8_k * const * ys,   \
+                                                        const int16_t * q8s, float * out) {                            \
+            constexpr int cols = COLS;                                                                                 \
+            __m256        acc[COLS];                                                                                   \
+            __m128        acc_m[COLS];                                                                                 \
+            for (int c = 0; c < cols; ++c) {                                                                           \
+                acc[c] = _mm256_setzero_ps();                                                                          \
+                acc_m[c] = _mm_setzero_ps();                                                                           \
+            }                                                                                                          \
+            const __m256i      m4 = _mm256_set1_epi8(0xF);                                                             \
+            constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                          \
+            for (int i = 0; i < nb; ++i) {                                                                             \
+                for (int line = 0; line < 3; ++line) {                                                                 \
+                    _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0);   \
+                }                                                                                                      \
+                const float xd = _cvtsh_ss(x[i].d);                                                                    \
+                const float xdmin = _cvtsh_ss(x[i].dmin);                                                              \
+                uint32_t    utmp[4];                                                                                   \
+                memcpy(utmp, x[i].scales, 12);                                                                         \
+                utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                                \
+                const uint32_t uaux = utmp[1] & kmask1;                                                                \
+                utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                       \
+                utmp[2] = uaux;                                                                                        \
+                utmp[0] &= kmask1;                                                                                     \
+                const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp); /* 8 scales, then 8 mins */              \
+                const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));             \
+                __m256i         q4[8], scale[8];                                                                       \
+                for (int j = 0; j < k_qk / 64; ++j) {                                                                  \
+                    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j));      \
+                    q4[2 * j] = _mm256_and_si256(bits, m4);                                                            \
+                    q4[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);                                  \
+                    scale[2 * j] = _mm256_set1_epi16(int16_t(sc[2 * j]));                                              \
+                    scale[2 * j + 1] = _mm256_set1_epi16(int16_t(sc[2 * j + 1]));                                      \
+                }                                                                                                      \
+                for (int c = 0; c < cols; ++c) {                                                                       \
+                    const block_q8_k & y = ys[c][i];                                                                   \
+                    const float        d = y.d * xd;                                                                   \
+                    const float        dmin = -y.d * xdmin;                                                            \
+                    const __m128i      sums = _mm_loadu_si128(                                                         \
+                        reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));            \
+                    acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]); \
+                    __m256i sumi = _mm256_setzero_si256();                                                             \
+                    for (int h = 0; h < 8; ++h) {                                                                      \
+                        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(y.qs + 32 * h));       \
+                        const __m256i pairs = _mm256_maddubs_epi16(q4[h], q8);                                         \
+                        sumi = ADD_SCALED;                                                                             \
+                    }                                                                                                  \
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[c]);                     \
+                }                                                                                                      \
+            }                                                                                                          \
+            for (int c = 0; c < cols; ++c) {                                                                           \
+                __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                    \
+                m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                                 \
+                out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+    };
 
 QT_Q4K_ROW_DOT(q4k_row_dot, "avx2,fma,f16c", _mm256_add_epi32(sumi, _mm256_madd_epi16(scale[h], pairs)))
-// vpdpwssd is vpmaddwd and the add in one instruction
-QT_Q4K_ROW_DOT(q4k_row_dot_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
-               _mm256_dpwssd_epi32(sumi, scale[h], pairs))
 
 // The same dot with 512-bit vectors: sub-blocks 2j and 2j + 1 side by side in one register (the
 // row's low and high nibbles of the same 32 bytes, against the column's 64 contiguous bytes), so
 // each column takes half the instructions; the halves' lanes are added at the end, which gives
 // the same exact integer lanes as the 256-bit dot.
-#define QT_Q4K_ROW_DOT_512(NAME, TARGET, ADD_SCALED)                                                             \
-    template <int COLS>                                                                                          \
-    __attribute__((target(TARGET))) void NAME(const block_q4_k * x, int nb, const block_q8_k * const * ys,      \
-                                              const int16_t * q8s, int n_cols, float * out) {                    \
-        const int cols = COLS ? COLS : n_cols;                                                                   \
-        __m256    acc[COLS ? COLS : k_max_columns];                                                              \
-        __m128    acc_m[COLS ? COLS : k_max_columns];                                                            \
-        for (int c = 0; c < cols; ++c) {                                                                         \
-            acc[c] = _mm256_setzero_ps();                                                                        \
-            acc_m[c] = _mm_setzero_ps();                                                                         \
-        }                                                                                                        \
-        const __m256i      m4 = _mm256_set1_epi8(0xF);                                                           \
-        constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                        \
-        for (int i = 0; i < nb; ++i) {                                                                           \
-            for (int line = 0; line < 3; ++line) {                                                               \
-                _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0); \
-            }                                                                                                    \
-            const float xd = _cvtsh_ss(x[i].d);                                                                  \
-            const float xdmin = _cvtsh_ss(x[i].dmin);                                                            \
-            uint32_t    utmp[4];                                                                                 \
-            memcpy(utmp, x[i].scales, 12);                                                                       \
-            utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                              \
-            const uint32_t uaux = utmp[1] & kmask1;                                                              \
-            utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                     \
-            utmp[2] = uaux;                                                                                      \
-            utmp[0] &= kmask1;                                                                                   \
-            const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp); /* 8 scales, then 8 mins */            \
-            const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));          \
-            __m512i         q4[4], scale[4];                                                                     \
-            for (int j = 0; j < k_qk / 64; ++j) {                                                                \
-                const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j));   \
-                q4[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bits, m4)),                   \
-                                           _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), 1);                 \
-                scale[j] = _mm512_inserti64x4(_mm512_set1_epi16(int16_t(sc[2 * j])),                            \
-                                              _mm256_set1_epi16(int16_t(sc[2 * j + 1])), 1);                     \
-            }                                                                                                    \
-            for (int c = 0; c < cols; ++c) {                                                                     \
-                const block_q8_k & y = ys[c][i];                                                                 \
-                const float        d = y.d * xd;                                                                 \
-                const float        dmin = -y.d * xdmin;                                                          \
-                const __m128i      sums = _mm_loadu_si128(                                                       \
-                    reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));          \
-                acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]); \
-                __m512i sumi = _mm512_setzero_si512();                                                           \
-                for (int j = 0; j < k_qk / 64; ++j) {                                                            \
-                    const __m512i pairs = _mm512_maddubs_epi16(q4[j], _mm512_loadu_si512(y.qs + 64 * j));        \
-                    sumi = ADD_SCALED;                                                                           \
-                }                                                                                                \
-                const __m256i halves =                                                                           \
-                    _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));          \
-                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(halves), acc[c]);                 \
-            }                                                                                                    \
-        }                                                                                                        \
-        for (int c = 0; c < cols; ++c) {                                                                         \
-            __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                  \
-            m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                               \
-            out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                    \
-        }                                                                                                        \
-    }
+#define QT_Q4K_ROW_DOT_512(NAME, TARGET, ADD_SCALED)                                                                   \
+    struct NAME {                                                                                                      \
+        template <int COLS>                                                                                            \
+        __attribute__((target(TARGET))) static void dot(const block_q4_k * x, int nb, const block_q8_k * const * ys,   \
+                                                        const int16_t * q8s, float * out) {                            \
+            constexpr int cols = COLS;                                                                                 \
+            __m256        acc[COLS];                                                                                   \
+            __m128        acc_m[COLS];                                                                                 \
+            for (int c = 0; c < cols; ++c) {                                                                           \
+                acc[c] = _mm256_setzero_ps();                                                                          \
+                acc_m[c] = _mm_setzero_ps();                                                                           \
+            }                                                                                                          \
+            const __m256i      m4 = _mm256_set1_epi8(0xF);                                                             \
+            constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                          \
+            for (int i = 0; i < nb; ++i) {                                                                             \
+                for (int line = 0; line < 3; ++line) {                                                                 \
+                    _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0);   \
+                }                                                                                                      \
+                const float xd = _cvtsh_ss(x[i].d);                                                                    \
+                const float xdmin = _cvtsh_ss(x[i].dmin);                                                              \
+                uint32_t    utmp[4];                                                                                   \
+                memcpy(utmp, x[i].scales, 12);                                                                         \
+                utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                                \
+                const uint32_t uaux = utmp[1] & kmask1;                                                                \
+                utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                       \
+                utmp[2] = uaux;                                                                                        \
+                utmp[0] &= kmask1;                                                                                     \
+                const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp); /* 8 scales, then 8 mins */              \
+                const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));             \
+                __m512i         q4[4], scale[4];                                                                       \
+                for (int j = 0; j < k_qk / 64; ++j) {                                                                  \
+                    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j));      \
+                    q4[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bits, m4)),                     \
+                                               _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), 1);                   \
+                    scale[j] = _mm512_inserti64x4(_mm512_set1_epi16(int16_t(sc[2 * j])),                               \
+                                                  _mm256_set1_epi16(int16_t(sc[2 * j + 1])), 1);                       \
+                }                                                                                                      \
+                for (int c = 0; c < cols; ++c) {                                                                       \
+                    const block_q8_k & y = ys[c][i];                                                                   \
+                    const float        d = y.d * xd;                                                                   \
+                    const float        dmin = -y.d * xdmin;                                                            \
+                    const __m128i      sums = _mm_loadu_si128(                                                         \
+                        reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));            \
+                    acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]); \
+                    __m512i sumi = _mm512_setzero_si512();                                                             \
+                    for (int j = 0; j < k_qk / 64; ++j) {                                                              \
+                        const __m512i pairs = _mm512_maddubs_epi16(q4[j], _mm512_loadu_si512(y.qs + 64 * j));          \
+                        sumi = ADD_SCALED;                                                                             \
+                    }                                                                                                  \
+                    const __m256i halves =                                                                             \
+                        _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));            \
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(halves), acc[c]);                   \
+                }                                                                                                      \
+            }                                                                                                          \
+            for (int c = 0; c < cols; ++c) {                                                                           \
+                __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                    \
+                m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                                 \
+                out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+    };
+
 
 QT_Q4K_ROW_DOT_512(q4k_row_dot_512, "avx2,fma,f16c,avx512f,avx512vl,avx512bw",
                    _mm512_add_epi32(sumi, _mm512_madd_epi16(scale[j], pairs)))
+// vpdpwssd is vpmaddwd and the add in one instruction
 QT_Q4K_ROW_DOT_512(q4k_row_dot_512_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
                    _mm512_dpwssd_epi32(sumi, scale[j], pairs))
 
@@ -300,12 +304,11 @@ QT_MATVEC_AVX2 void quantize_q8_k(const float * x, block_q8_k * y, int64_t k) {
     }
 }
 
-using q4k_row_kernel = void (*)(const block_q4_k * x, int nb, const block_q8_k * const * ys, const int16_t * q8s,
-                                int cols, float * out);
-
-// The rows kernel (below) for q4_K weights with ROW_DOT: thread ith of nth takes one contiguous
-// range of rows, the columns' block sums formed once.
-template <q4k_row_kernel ROW_DOT>
+// The rows kernel for q4_K weights with the row dots of ROW_DOT: thread ith of nth takes one
+// contiguous range of rows, the columns' block sums formed once. Past k_group_columns columns a
+// row is dotted with one group after the other while it is in the first-level cache, each group's
+// sums in registers.
+template <class ROW_DOT>
 QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith,
                              int nth) {
     const int nb = int(w->ne[0] / k_qk);
@@ -322,18 +325,27 @@ QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const char * xq, size_t xq_s
     }
     float out[k_max_columns];
     for (int64_t r = w->ne[1] * ith / nth; r < w->ne[1] * (ith + 1) / nth; ++r) {
-        ROW_DOT(reinterpret_cast<const block_q4_k *>(static_cast<const char *>(w->data) + r * w->nb[1]), nb, ys,
-                q8s.data(), cols, out);
+        const auto * row = reinterpret_cast<const block_q4_k *>(static_cast<const char *>(w->data) + r * w->nb[1]);
+        for (int c0 = 0; c0 < cols; c0 += k_group_columns) {
+            const block_q8_k * const * g_ys = ys + c0;
+            const int16_t *            g_q8s = q8s.data() + size_t(c0) * size_t(nb) * 8;
+            float *                    g_out = out + c0;
+            switch (std::min(cols - c0, k_group_columns)) {
+                case 1: ROW_DOT::template dot<1>(row, nb, g_ys, g_q8s, g_out); break;
+                case 2: ROW_DOT::template dot<2>(row, nb, g_ys, g_q8s, g_out); break;
+                case 3: ROW_DOT::template dot<3>(row, nb, g_ys, g_q8s, g_out); break;
+                case 4: ROW_DOT::template dot<4>(row, nb, g_ys, g_q8s, g_out); break;
+                case 5: ROW_DOT::template dot<5>(row, nb, g_ys, g_q8s, g_out); break;
+                case 6: ROW_DOT::template dot<6>(row, nb, g_ys, g_q8s, g_out); break;
+                case 7: ROW_DOT::template dot<7>(row, nb, g_ys, g_q8s, g_out); break;
+                default: ROW_DOT::template dot<8>(row, nb, g_ys, g_q8s, g_out); break;
+            }
+        }
         for (int c = 0; c < cols; ++c) {
             reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1])[r] = out[c];
         }
     }
 }
-
-template <int COLS> constexpr rows_kernel q4k_rows_avx2 = q4k_rows<q4k_row_dot<COLS>>;
-template <int COLS> constexpr rows_kernel q4k_rows_vnni = q4k_rows<q4k_row_dot_vnni<COLS>>;
-template <int COLS> constexpr rows_kernel q4k_rows_512 = q4k_rows<q4k_row_dot_512<COLS>>;
-template <int COLS> constexpr rows_kernel q4k_rows_512_vnni = q4k_rows<q4k_row_dot_512_vnni<COLS>>;
 
 // The rows kernel for q8_0 weights: each row against the q8_0 columns, out[c] bit for bit
 // ggml_vec_dot_q8_0_q8_0 (its AVX2 path: the lanes' integer sums, exact whichever instructions
@@ -396,8 +408,7 @@ QT_Q8_0_ROWS(q8_0_rows_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
 #ifdef QT_MATVEC_X86
 #    define QT_BY_COLUMNS(KERNEL, cols)                                                                 \
         ((cols) == 1 ? KERNEL<1> : (cols) == 2 ? KERNEL<2> : (cols) == 3 ? KERNEL<3> : (cols) == 4 ? KERNEL<4> \
-         : (cols) == 8 ? KERNEL<8>                                                                              \
-                       : KERNEL<0>)
+                                                                                                   : KERNEL<0>)
 #endif
 
 rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
@@ -411,9 +422,9 @@ rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
     const bool        use_vnni = vnni && kernels == cpu_kernels::avx512;
     if (w->type == GGML_TYPE_Q4_K && ggml_type_size(GGML_TYPE_Q4_K) == 144 && ggml_type_size(GGML_TYPE_Q8_K) == 292) {
         if (kernels == cpu_kernels::avx512) {
-            return use_vnni ? QT_BY_COLUMNS(q4k_rows_512_vnni, cols) : QT_BY_COLUMNS(q4k_rows_512, cols);
+            return use_vnni ? q4k_rows<q4k_row_dot_512_vnni> : q4k_rows<q4k_row_dot_512>;
         }
-        return QT_BY_COLUMNS(q4k_rows_avx2, cols);
+        return q4k_rows<q4k_row_dot>;
     }
     if (w->type == GGML_TYPE_Q8_0 && ggml_type_size(GGML_TYPE_Q8_0) == 34) {
         return use_vnni ? QT_BY_COLUMNS(q8_0_rows_vnni, cols) : QT_BY_COLUMNS(q8_0_rows, cols);

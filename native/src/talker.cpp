@@ -94,9 +94,12 @@ std::vector<float> talker::codec_embed(const compute_backend & backend, const in
 
 // A step's matrix-vector products are bound by the bandwidth of reading the weight, which
 // mat_vecs() streams once for all the sequences; the packed GEMM of dense() pays off over the
-// many positions of a prefill.
+// many positions of a prefill, for the weight types it packs. Other types (q4_K) would go to
+// ggml_mul_mat, which unpacks each weight block once per position: mat_vecs() gives the same bits
+// and unpacks it once for all of them.
 ggml_tensor * talker::linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool prefill) const {
-    return prefill ? dense(ctx, w, x) : mat_vecs(ctx, w, x);
+    const bool packed = w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_Q8_0;
+    return prefill && packed ? dense(ctx, w, x) : mat_vecs(ctx, w, x);
 }
 
 template <typename Attend>
