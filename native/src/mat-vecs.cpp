@@ -177,66 +177,70 @@ QT_Q4K_ROW_DOT(q4k_row_dot, "avx2,fma,f16c", _mm256_add_epi32(sumi, _mm256_madd_
 // row's low and high nibbles of the same 32 bytes, against the column's 64 contiguous bytes), so
 // each column takes half the instructions; the halves' lanes are added at the end, which gives
 // the same exact integer lanes as the 256-bit dot.
-#define QT_Q4K_ROW_DOT_512(NAME, TARGET, ADD_SCALED)                                                                   \
-    struct NAME {                                                                                                      \
-        template <int COLS>                                                                                            \
-        __attribute__((target(TARGET))) static void dot(const block_q4_k * x, int nb, const block_q8_k * const * ys,   \
-                                                        const int16_t * q8s, float * out) {                            \
-            constexpr int cols = COLS;                                                                                 \
-            __m256        acc[COLS];                                                                                   \
-            __m128        acc_m[COLS];                                                                                 \
-            for (int c = 0; c < cols; ++c) {                                                                           \
-                acc[c] = _mm256_setzero_ps();                                                                          \
-                acc_m[c] = _mm_setzero_ps();                                                                           \
-            }                                                                                                          \
-            const __m256i      m4 = _mm256_set1_epi8(0xF);                                                             \
-            constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                          \
-            for (int i = 0; i < nb; ++i) {                                                                             \
-                for (int line = 0; line < 3; ++line) {                                                                 \
-                    _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0);   \
-                }                                                                                                      \
-                const float xd = _cvtsh_ss(x[i].d);                                                                    \
-                const float xdmin = _cvtsh_ss(x[i].dmin);                                                              \
-                uint32_t    utmp[4];                                                                                   \
-                memcpy(utmp, x[i].scales, 12);                                                                         \
-                utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                                \
-                const uint32_t uaux = utmp[1] & kmask1;                                                                \
-                utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                       \
-                utmp[2] = uaux;                                                                                        \
-                utmp[0] &= kmask1;                                                                                     \
-                const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp); /* 8 scales, then 8 mins */              \
-                const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));             \
-                __m512i         q4[4], scale[4];                                                                       \
-                for (int j = 0; j < k_qk / 64; ++j) {                                                                  \
-                    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j));      \
-                    q4[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bits, m4)),                     \
-                                               _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), 1);                   \
-                    scale[j] = _mm512_inserti64x4(_mm512_set1_epi16(int16_t(sc[2 * j])),                               \
-                                                  _mm256_set1_epi16(int16_t(sc[2 * j + 1])), 1);                       \
-                }                                                                                                      \
-                for (int c = 0; c < cols; ++c) {                                                                       \
-                    const block_q8_k & y = ys[c][i];                                                                   \
-                    const float        d = y.d * xd;                                                                   \
-                    const float        dmin = -y.d * xdmin;                                                            \
-                    const __m128i      sums = _mm_loadu_si128(                                                         \
-                        reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));            \
-                    acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]); \
-                    __m512i sumi = _mm512_setzero_si512();                                                             \
-                    for (int j = 0; j < k_qk / 64; ++j) {                                                              \
-                        const __m512i pairs = _mm512_maddubs_epi16(q4[j], _mm512_loadu_si512(y.qs + 64 * j));          \
-                        sumi = ADD_SCALED;                                                                             \
-                    }                                                                                                  \
-                    const __m256i halves =                                                                             \
-                        _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));            \
-                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(halves), acc[c]);                   \
-                }                                                                                                      \
-            }                                                                                                          \
-            for (int c = 0; c < cols; ++c) {                                                                           \
-                __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                    \
-                m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                                 \
-                out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                      \
-            }                                                                                                          \
-        }                                                                                                              \
+#define QT_Q4K_ROW_DOT_512(NAME, TARGET, ADD_SCALED)                                                                     \
+    struct NAME {                                                                                                        \
+        template <int COLS>                                                                                              \
+        __attribute__((target(TARGET))) static void dot(const block_q4_k * x, int nb, const block_q8_k * const * ys,     \
+                                                        const int16_t * q8s, float * out) {                              \
+            constexpr int cols = COLS;                                                                                   \
+            __m256        acc[COLS];                                                                                     \
+            __m128        acc_m[COLS];                                                                                   \
+            for (int c = 0; c < cols; ++c) {                                                                             \
+                acc[c] = _mm256_setzero_ps();                                                                            \
+                acc_m[c] = _mm_setzero_ps();                                                                             \
+            }                                                                                                            \
+            const __m512i      m4 = _mm512_set1_epi8(0xF);                                                               \
+            constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                            \
+            for (int i = 0; i < nb; ++i) {                                                                               \
+                for (int line = 0; line < 3; ++line) {                                                                   \
+                    _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0);     \
+                }                                                                                                        \
+                const float xd = _cvtsh_ss(x[i].d);                                                                      \
+                const float xdmin = _cvtsh_ss(x[i].dmin);                                                                \
+                uint32_t    utmp[4];                                                                                     \
+                memcpy(utmp, x[i].scales, 12);                                                                           \
+                utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                                  \
+                const uint32_t uaux = utmp[1] & kmask1;                                                                  \
+                utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                         \
+                utmp[2] = uaux;                                                                                          \
+                utmp[0] &= kmask1;                                                                                       \
+                const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));               \
+                /* the 8 scales as words; register j takes scale 2j in its low half, 2j + 1 in its high one */           \
+                const __m512i scales = _mm512_castsi128_si512(                                                           \
+                    _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[1]), int(utmp[0]))));                                 \
+                __m512i q4[4], scale[4];                                                                                 \
+                for (int j = 0; j < k_qk / 64; ++j) {                                                                    \
+                    /* the 32 bytes in both halves, the high half shifted to its high nibbles */                         \
+                    const __m512i bits = _mm512_broadcast_i64x4(                                                         \
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[i].qs + 32 * j)));                        \
+                    q4[j] = _mm512_and_si512(_mm512_mask_srli_epi16(bits, 0xFFFF0000u, bits, 4), m4);                    \
+                    scale[j] = _mm512_permutexvar_epi16(                                                                 \
+                        _mm512_inserti64x4(_mm512_set1_epi16(int16_t(2 * j)), _mm256_set1_epi16(int16_t(2 * j + 1)), 1), \
+                        scales);                                                                                         \
+                }                                                                                                        \
+                for (int c = 0; c < cols; ++c) {                                                                         \
+                    const block_q8_k & y = ys[c][i];                                                                     \
+                    const float        d = y.d * xd;                                                                     \
+                    const float        dmin = -y.d * xdmin;                                                              \
+                    const __m128i      sums = _mm_loadu_si128(                                                           \
+                        reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));              \
+                    acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]);   \
+                    __m512i sumi = _mm512_setzero_si512();                                                               \
+                    for (int j = 0; j < k_qk / 64; ++j) {                                                                \
+                        const __m512i pairs = _mm512_maddubs_epi16(q4[j], _mm512_loadu_si512(y.qs + 64 * j));            \
+                        sumi = ADD_SCALED;                                                                               \
+                    }                                                                                                    \
+                    const __m256i halves =                                                                               \
+                        _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));              \
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(halves), acc[c]);                     \
+                }                                                                                                        \
+            }                                                                                                            \
+            for (int c = 0; c < cols; ++c) {                                                                             \
+                __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                      \
+                m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                                   \
+                out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                        \
+            }                                                                                                            \
+        }                                                                                                                \
     };
 
 
