@@ -27,6 +27,11 @@ namespace {
 // ith + nth, ...
 constexpr int64_t k_chunk_rows = 16;
 
+// Most columns a product converts in every thread (a few microseconds, where a conversion node
+// of its own costs a barrier); past this (a prefill) one node converts them, split by column, and
+// the q8_0 kernels, whose column sums sit in registers, leave them to ggml's vec_dot.
+constexpr int k_max_columns = 32;
+
 const ggml_type_traits_cpu * traits_of(ggml_type type) {
     // looked up once: cpu_backend_loaded() takes a lock, and every run of the ops below asks
     static const auto get = cpu_backend_loaded().type_traits;
@@ -82,7 +87,6 @@ struct block_q8_0 {
 };
 static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
 
-constexpr int k_max_columns = 32;
 constexpr int k_group_columns = 8;
 
 // How far ahead of the block in hand the row kernels ask for weights: a thread's rows are one
@@ -308,45 +312,49 @@ QT_MATVEC_AVX2 void quantize_q8_k(const float * x, block_q8_k * y, int64_t k) {
     }
 }
 
-// The rows kernel for q4_K weights with the row dots of ROW_DOT: thread ith of nth takes one
-// contiguous range of rows, the columns' block sums formed once. Past k_group_columns columns a
-// row is dotted with one group after the other while it is in the first-level cache, each group's
-// sums in registers.
+// The rows kernel for q4_K weights with the row dots of ROW_DOT, for any number of columns: thread
+// ith of nth takes one contiguous range of rows, the columns' block sums formed once. Past
+// k_group_columns columns, rows go by blocks of k_chunk_rows, each block dotted with one group of
+// columns after the other: both stay in the first-level cache, and each group's sums in registers.
 template <class ROW_DOT>
 QT_MATVEC_AVX2 void q4k_rows(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith,
                              int nth) {
     const int nb = int(w->ne[0] / k_qk);
     const int cols = int(dst->ne[1]);
-    thread_local std::vector<int16_t> q8s;
-    const block_q8_k *                ys[k_max_columns];
+    thread_local std::vector<int16_t>            q8s;
+    thread_local std::vector<const block_q8_k *> ys;
     q8s.resize(size_t(cols) * size_t(nb) * 8);
+    ys.resize(size_t(cols));
     for (int c = 0; c < cols; ++c) {
-        ys[c] = reinterpret_cast<const block_q8_k *>(xq + size_t(c) * xq_stride);
+        ys[size_t(c)] = reinterpret_cast<const block_q8_k *>(xq + size_t(c) * xq_stride);
         for (int i = 0; i < nb; ++i) {
             _mm_storeu_si128(reinterpret_cast<__m128i *>(q8s.data() + (size_t(c) * size_t(nb) + size_t(i)) * 8),
-                             q8k_sums_of_32(ys[c][i]));
+                             q8k_sums_of_32(ys[size_t(c)][i]));
         }
     }
-    float out[k_max_columns];
-    for (int64_t r = w->ne[1] * ith / nth; r < w->ne[1] * (ith + 1) / nth; ++r) {
-        const auto * row = reinterpret_cast<const block_q4_k *>(static_cast<const char *>(w->data) + r * w->nb[1]);
+    const int64_t r_end = w->ne[1] * (ith + 1) / nth;
+    for (int64_t r0 = w->ne[1] * ith / nth; r0 < r_end; r0 += k_chunk_rows) {
         for (int c0 = 0; c0 < cols; c0 += k_group_columns) {
-            const block_q8_k * const * g_ys = ys + c0;
+            const int                  n = std::min(cols - c0, k_group_columns);
+            const block_q8_k * const * g_ys = ys.data() + c0;
             const int16_t *            g_q8s = q8s.data() + size_t(c0) * size_t(nb) * 8;
-            float *                    g_out = out + c0;
-            switch (std::min(cols - c0, k_group_columns)) {
-                case 1: ROW_DOT::template dot<1>(row, nb, g_ys, g_q8s, g_out); break;
-                case 2: ROW_DOT::template dot<2>(row, nb, g_ys, g_q8s, g_out); break;
-                case 3: ROW_DOT::template dot<3>(row, nb, g_ys, g_q8s, g_out); break;
-                case 4: ROW_DOT::template dot<4>(row, nb, g_ys, g_q8s, g_out); break;
-                case 5: ROW_DOT::template dot<5>(row, nb, g_ys, g_q8s, g_out); break;
-                case 6: ROW_DOT::template dot<6>(row, nb, g_ys, g_q8s, g_out); break;
-                case 7: ROW_DOT::template dot<7>(row, nb, g_ys, g_q8s, g_out); break;
-                default: ROW_DOT::template dot<8>(row, nb, g_ys, g_q8s, g_out); break;
+            for (int64_t r = r0; r < std::min(r_end, r0 + k_chunk_rows); ++r) {
+                const auto * row = reinterpret_cast<const block_q4_k *>(static_cast<const char *>(w->data) + r * w->nb[1]);
+                float        out[k_group_columns];
+                switch (n) {
+                    case 1: ROW_DOT::template dot<1>(row, nb, g_ys, g_q8s, out); break;
+                    case 2: ROW_DOT::template dot<2>(row, nb, g_ys, g_q8s, out); break;
+                    case 3: ROW_DOT::template dot<3>(row, nb, g_ys, g_q8s, out); break;
+                    case 4: ROW_DOT::template dot<4>(row, nb, g_ys, g_q8s, out); break;
+                    case 5: ROW_DOT::template dot<5>(row, nb, g_ys, g_q8s, out); break;
+                    case 6: ROW_DOT::template dot<6>(row, nb, g_ys, g_q8s, out); break;
+                    case 7: ROW_DOT::template dot<7>(row, nb, g_ys, g_q8s, out); break;
+                    default: ROW_DOT::template dot<8>(row, nb, g_ys, g_q8s, out); break;
+                }
+                for (int c = 0; c < n; ++c) {
+                    reinterpret_cast<float *>(static_cast<char *>(dst->data) + (c0 + c) * dst->nb[1])[r] = out[c];
+                }
             }
-        }
-        for (int c = 0; c < cols; ++c) {
-            reinterpret_cast<float *>(static_cast<char *>(dst->data) + c * dst->nb[1])[r] = out[c];
         }
     }
 }
@@ -418,7 +426,7 @@ QT_Q8_0_ROWS(q8_0_rows_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
 rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
 #ifdef QT_MATVEC_X86
     const cpu_kernels kernels = cpu_kernels_active();
-    if (cols > k_max_columns || kernels < cpu_kernels::avx2) {
+    if (kernels < cpu_kernels::avx2) {
         return nullptr;
     }
     // VNNI with the AVX512 kernels only: forcing AVX2 (tests, measurements) takes the plain path
@@ -430,7 +438,7 @@ rows_kernel rows_kernel_for(const ggml_tensor * w, int64_t cols) {
         }
         return q4k_rows<q4k_row_dot>;
     }
-    if (w->type == GGML_TYPE_Q8_0 && ggml_type_size(GGML_TYPE_Q8_0) == 34) {
+    if (w->type == GGML_TYPE_Q8_0 && ggml_type_size(GGML_TYPE_Q8_0) == 34 && cols <= k_max_columns) {
         return use_vnni ? QT_BY_COLUMNS(q8_0_rows_vnni, cols) : QT_BY_COLUMNS(q8_0_rows, cols);
     }
 #else
@@ -460,9 +468,22 @@ void product_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
     }
 }
 
+// Column c of x (K, B) f32 in `dot_type` at `out` (the quantizers of ggml's x86 build, or the same
+// bits faster for q8_K: rows kernels run on AVX2 machines only).
+void convert_column(const ggml_tensor * x, int64_t c, ggml_type dot_type, char * out) {
+    const float * column = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + c * x->nb[1]);
+#ifdef QT_MATVEC_X86
+    if (dot_type == GGML_TYPE_Q8_K) {
+        quantize_q8_k(column, reinterpret_cast<block_q8_k *>(out), x->ne[0]);
+        return;
+    }
+#endif
+    traits_of(dot_type)->from_float(column, out, x->ne[0]);
+}
+
 // ggml custom op: dst (N, B) f32 = W x for src = { W (K, N), x (K, B) f32 } with the rows kernel in
-// userdata. Every thread converts all the columns itself: a few microseconds, where a conversion
-// node of its own would cost a barrier.
+// userdata. Every thread converts all the columns itself: a few microseconds for the columns of a
+// decoding step, where a conversion node of its own would cost a barrier.
 void converting_product_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * x = dst->src[1];
@@ -471,16 +492,25 @@ void converting_product_op(ggml_tensor * dst, int ith, int nth, void * userdata)
     thread_local std::vector<char> xq;
     xq.resize(stride * size_t(x->ne[1]));
     for (int64_t c = 0; c < x->ne[1]; ++c) {
-        const float * column = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + c * x->nb[1]);
-#ifdef QT_MATVEC_X86
-        if (dot_type == GGML_TYPE_Q8_K) {  // rows kernels run on AVX2 machines only
-            quantize_q8_k(column, reinterpret_cast<block_q8_k *>(xq.data() + size_t(c) * stride), x->ne[0]);
-            continue;
-        }
-#endif
-        traits_of(dot_type)->from_float(column, xq.data() + size_t(c) * stride, x->ne[0]);
+        convert_column(x, c, dot_type, xq.data() + size_t(c) * stride);
     }
     reinterpret_cast<rows_kernel>(userdata)(w, xq.data(), stride, dst, ith, nth);
+}
+
+// ggml custom op: dst (row_bytes, B) i8 = the columns of src0 = x (K, B) f32 in the dot type of
+// src1 = W, for a rows kernel; threads take whole columns (the many positions of a prefill).
+void convert_columns_op(ggml_tensor * dst, int ith, int nth, void * /*userdata*/) {
+    const ggml_type dot_type = traits_of(dst->src[1]->type)->vec_dot_type;
+    for (int64_t c = ith; c < dst->ne[1]; c += nth) {
+        convert_column(dst->src[0], c, dot_type, static_cast<char *>(dst->data) + c * dst->nb[1]);
+    }
+}
+
+// ggml custom op: dst (N, B) f32 = W x for src = { W (K, N), x (row_bytes, B) in W's dot type } with
+// the rows kernel in userdata.
+void rows_product_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor * x = dst->src[1];
+    reinterpret_cast<rows_kernel>(userdata)(dst->src[0], static_cast<const char *>(x->data), x->nb[1], dst, ith, nth);
 }
 
 } // namespace
@@ -495,9 +525,19 @@ ggml_tensor * mat_vecs(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
         return y;
     }
     if (const rows_kernel kernel = rows_kernel_for(w, cols)) {
-        ggml_tensor * args[] = { w, x };
-        return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], cols, 1, 1, args, 2, converting_product_op,
-                              GGML_N_TASKS_MAX, reinterpret_cast<void *>(kernel));
+        if (cols <= k_max_columns) {
+            ggml_tensor * args[] = { w, x };
+            return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], cols, 1, 1, args, 2, converting_product_op,
+                                  GGML_N_TASKS_MAX, reinterpret_cast<void *>(kernel));
+        }
+        // a prefill's many columns: converted once, the threads sharing the work
+        const ggml_type dot_type = traits_of(w->type)->vec_dot_type;
+        ggml_tensor *   convert_args[] = { x, w };
+        ggml_tensor *   xq = ggml_custom_4d(ctx, GGML_TYPE_I8, int64_t(ggml_row_size(dot_type, x->ne[0])), cols, 1, 1,
+                                            convert_args, 2, convert_columns_op, GGML_N_TASKS_MAX, nullptr);
+        ggml_tensor *   args[] = { w, xq };
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], cols, 1, 1, args, 2, rows_product_op, GGML_N_TASKS_MAX,
+                              reinterpret_cast<void *>(kernel));
     }
     const ggml_type_traits_cpu * traits = cols > 1 ? traits_of(w->type) : nullptr;
     if (cols == 1 || !traits || !traits->vec_dot || traits->nrows != 1 ||

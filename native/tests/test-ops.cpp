@@ -464,7 +464,8 @@ std::vector<uint8_t> quantized(ggml_type type, const std::vector<float> & w, int
 // mat_vecs(): each column bit for bit ggml_mul_mat of that column alone, for every weight type
 // the engine stores and on every kernel path (depths that are and are not whole 256-blocks, odd
 // row counts split between the threads, one column and the counts with kernels of their own and
-// beyond, in groups of columns, strided columns), and close to the exact product.
+// beyond, in groups of columns, more than a step's columns (a prefill), strided columns), and close
+// to the exact product.
 void test_mat_vecs(const qt::cpu_backend & backend) {
     struct shape {
         int64_t K, N, B;
@@ -474,7 +475,7 @@ void test_mat_vecs(const qt::cpu_backend & backend) {
         for (ggml_type type : { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K }) {
             for (shape sh : { shape{ 256, 37, 5 }, shape{ 1024, 70, 8 }, shape{ 512, 16, 2 }, shape{ 96, 33, 3 },
                               shape{ 768, 41, 1 }, shape{ 256, 19, 4 }, shape{ 512, 3, 1 },
-                              shape{ 512, 23, 11 }, shape{ 256, 9, 19 } }) {
+                              shape{ 512, 23, 11 }, shape{ 256, 9, 19 }, shape{ 512, 21, 45 } }) {
                 if (sh.K % ggml_blck_size(type) != 0) {
                     continue;
                 }
