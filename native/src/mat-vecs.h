@@ -1,5 +1,6 @@
 // The matrix-vector products of the talker's and the code predictor's decoding steps: one column
-// per request, several at once in a batched step.
+// per request, several at once in a batched step; and a q4_K talker's prefill, one column per
+// position.
 //
 // ggml_mul_mat computes a lone column with one vec_dot per weight row, but from two columns on it
 // hands f32, f16 and q8_0 weights to llamafile's tiled GEMM, which sums in another order; a
@@ -12,7 +13,8 @@
 // own kernels do this, for one column too: each thread takes one contiguous range of rows and
 // asks for them ahead of use, which ggml's vec_dot does not, and a lone column's sums stay in
 // registers. A decoding step is largely a wait on the weights' memory, so these run the single
-// steps faster than ggml_mul_mat with the same bits.
+// steps faster than ggml_mul_mat with the same bits. The q4_K kernels take any number of columns
+// (a prefill's too), unpacking each weight block once for up to 8 of them.
 #pragma once
 
 #include "ggml.h"
