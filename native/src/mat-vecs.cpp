@@ -103,6 +103,42 @@ __attribute__((always_inline, target("avx2,fma,f16c"))) inline float hsum_float_
     return _mm_cvtss_f32(res);
 }
 
+// The pieces both q4_K row dots below share, always inlined like hsum_float_8.
+#define QT_Q4K_SHARED __attribute__((always_inline, target("avx2,fma,f16c"))) inline
+
+// Asks for the weights k_prefetch_bytes ahead of a block (its 144 bytes span three lines).
+QT_Q4K_SHARED void prefetch_q4k_block(const block_q4_k * x) {
+    for (int line = 0; line < 3; ++line) {
+        _mm_prefetch(reinterpret_cast<const char *>(x) + k_prefetch_bytes + 64 * line, _MM_HINT_T0);
+    }
+}
+
+// A block's 8 sub-block scales (bytes 0-7 of utmp) and 8 mins (bytes 8-15), each 6 bits, as
+// ggml's q4_K dot unpacks them.
+QT_Q4K_SHARED void unpack_q4k_scales(const block_q4_k & x, uint32_t utmp[4]) {
+    constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    memcpy(utmp, x.scales, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+}
+
+// A column's mins term of one block added to acc_m: the mins (8 words) against the column's
+// eight 32-value sums of that block, times dmin.
+QT_Q4K_SHARED __m128 add_q4k_mins(__m128 acc_m, __m128i mins, const int16_t * sums, float dmin) {
+    const __m128i column_sums = _mm_loadu_si128(reinterpret_cast<const __m128i *>(sums));
+    return _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, column_sums)), acc_m);
+}
+
+// A row's dot from its scaled lanes and its mins term, in ggml's order.
+QT_Q4K_SHARED float finish_q4k_dot(__m256 acc, __m128 acc_m) {
+    __m128 m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return hsum_float_8(acc) + _mm_cvtss_f32(m);
+}
+
 // The row kernels below take a fixed count of columns, COLS, which keeps each column's sums in
 // registers; the rows kernels take any count in groups of up to k_group_columns.
 
@@ -127,20 +163,12 @@ __attribute__((always_inline, target("avx2,fma,f16c"))) inline float hsum_float_
                 acc_m[c] = _mm_setzero_ps();                                                                           \
             }                                                                                                          \
             const __m256i      m4 = _mm256_set1_epi8(0xF);                                                             \
-            constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                          \
             for (int i = 0; i < nb; ++i) {                                                                             \
-                for (int line = 0; line < 3; ++line) {                                                                 \
-                    _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0);   \
-                }                                                                                                      \
+                prefetch_q4k_block(x + i);                                                                             \
                 const float xd = _cvtsh_ss(x[i].d);                                                                    \
                 const float xdmin = _cvtsh_ss(x[i].dmin);                                                              \
                 uint32_t    utmp[4];                                                                                   \
-                memcpy(utmp, x[i].scales, 12);                                                                         \
-                utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                                \
-                const uint32_t uaux = utmp[1] & kmask1;                                                                \
-                utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                       \
-                utmp[2] = uaux;                                                                                        \
-                utmp[0] &= kmask1;                                                                                     \
+                unpack_q4k_scales(x[i], utmp);                                                                         \
                 const uint8_t * sc = reinterpret_cast<const uint8_t *>(utmp); /* 8 scales, then 8 mins */              \
                 const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));             \
                 __m256i         q4[8], scale[8];                                                                       \
@@ -155,9 +183,7 @@ __attribute__((always_inline, target("avx2,fma,f16c"))) inline float hsum_float_
                     const block_q8_k & y = ys[c][i];                                                                   \
                     const float        d = y.d * xd;                                                                   \
                     const float        dmin = -y.d * xdmin;                                                            \
-                    const __m128i      sums = _mm_loadu_si128(                                                         \
-                        reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));            \
-                    acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]); \
+                    acc_m[c] = add_q4k_mins(acc_m[c], mins, q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8, dmin);     \
                     __m256i sumi = _mm256_setzero_si256();                                                             \
                     for (int h = 0; h < 8; ++h) {                                                                      \
                         const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(y.qs + 32 * h));       \
@@ -168,9 +194,7 @@ __attribute__((always_inline, target("avx2,fma,f16c"))) inline float hsum_float_
                 }                                                                                                      \
             }                                                                                                          \
             for (int c = 0; c < cols; ++c) {                                                                           \
-                __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                    \
-                m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                                 \
-                out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                      \
+                out[c] = finish_q4k_dot(acc[c], acc_m[c]);                                                             \
             }                                                                                                          \
         }                                                                                                              \
     };
@@ -194,20 +218,12 @@ QT_Q4K_ROW_DOT(q4k_row_dot, "avx2,fma,f16c", _mm256_add_epi32(sumi, _mm256_madd_
                 acc_m[c] = _mm_setzero_ps();                                                                             \
             }                                                                                                            \
             const __m512i      m4 = _mm512_set1_epi8(0xF);                                                               \
-            constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;                            \
             for (int i = 0; i < nb; ++i) {                                                                               \
-                for (int line = 0; line < 3; ++line) {                                                                   \
-                    _mm_prefetch(reinterpret_cast<const char *>(x + i) + k_prefetch_bytes + 64 * line, _MM_HINT_T0);     \
-                }                                                                                                        \
+                prefetch_q4k_block(x + i);                                                                               \
                 const float xd = _cvtsh_ss(x[i].d);                                                                      \
                 const float xdmin = _cvtsh_ss(x[i].dmin);                                                                \
                 uint32_t    utmp[4];                                                                                     \
-                memcpy(utmp, x[i].scales, 12);                                                                           \
-                utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);                                  \
-                const uint32_t uaux = utmp[1] & kmask1;                                                                  \
-                utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);                                         \
-                utmp[2] = uaux;                                                                                          \
-                utmp[0] &= kmask1;                                                                                       \
+                unpack_q4k_scales(x[i], utmp);                                                                           \
                 const __m128i   mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, int(utmp[3]), int(utmp[2])));               \
                 /* the 8 scales as words; register j takes scale 2j in its low half, 2j + 1 in its high one */           \
                 const __m512i scales = _mm512_castsi128_si512(                                                           \
@@ -226,9 +242,7 @@ QT_Q4K_ROW_DOT(q4k_row_dot, "avx2,fma,f16c", _mm256_add_epi32(sumi, _mm256_madd_
                     const block_q8_k & y = ys[c][i];                                                                     \
                     const float        d = y.d * xd;                                                                     \
                     const float        dmin = -y.d * xdmin;                                                              \
-                    const __m128i      sums = _mm_loadu_si128(                                                           \
-                        reinterpret_cast<const __m128i *>(q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8));              \
-                    acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), acc_m[c]);   \
+                    acc_m[c] = add_q4k_mins(acc_m[c], mins, q8s + (size_t(c) * size_t(nb) + size_t(i)) * 8, dmin);       \
                     __m512i sumi = _mm512_setzero_si512();                                                               \
                     for (int j = 0; j < k_qk / 64; ++j) {                                                                \
                         const __m512i pairs = _mm512_maddubs_epi16(q4[j], _mm512_loadu_si512(y.qs + 64 * j));            \
@@ -240,13 +254,10 @@ QT_Q4K_ROW_DOT(q4k_row_dot, "avx2,fma,f16c", _mm256_add_epi32(sumi, _mm256_madd_
                 }                                                                                                        \
             }                                                                                                            \
             for (int c = 0; c < cols; ++c) {                                                                             \
-                __m128 m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));                                      \
-                m = _mm_add_ss(m, _mm_movehdup_ps(m));                                                                   \
-                out[c] = hsum_float_8(acc[c]) + _mm_cvtss_f32(m);                                                        \
+                out[c] = finish_q4k_dot(acc[c], acc_m[c]);                                                               \
             }                                                                                                            \
         }                                                                                                                \
     };
-
 
 QT_Q4K_ROW_DOT_512(q4k_row_dot_512, "avx2,fma,f16c,avx512f,avx512vl,avx512bw",
                    _mm512_add_epi32(sumi, _mm512_madd_epi16(scale[j], pairs)))
