@@ -153,17 +153,18 @@ void code_predictor::load(model_loader & ml, const talker & model) {
 
     const int64_t H = hp_.hidden;
     const int64_t Ht = hp_.talker_hidden;
-    layers_ = load_qwen3_layers(ml, "cp.", hp_);
+    interleaved_ = interleaved_q4k_weights();
+    layers_ = load_qwen3_layers(ml, "cp.", hp_, interleaved_);
     output_norm_ = ml.require("cp.output_norm.weight", { H });
     heads_.clear();
     codec_embd_.clear();
     for (int q = 0; q < hp_.n_codes; ++q) {
-        heads_.push_back(ml.require("cp.head." + std::to_string(q) + ".weight", { H, hp_.vocab }));
+        heads_.push_back(interleaved_.adopt(ml, ml.require("cp.head." + std::to_string(q) + ".weight", { H, hp_.vocab })));
         codec_embd_.push_back(ml.require_table("cp.codec_embd." + std::to_string(q) + ".weight", { Ht, hp_.vocab }));
     }
     // the reference's small_to_mtp_projection: a Linear exactly when the widths differ
     if (H != Ht) {
-        in_proj_w_ = ml.require("cp.in_proj.weight", { Ht, H });
+        in_proj_w_ = interleaved_.adopt(ml, ml.require("cp.in_proj.weight", { Ht, H }));
         in_proj_b_ = ml.require("cp.in_proj.bias", { H });
     } else {
         in_proj_w_ = in_proj_b_ = nullptr;
@@ -171,6 +172,7 @@ void code_predictor::load(model_loader & ml, const talker & model) {
     // C, the talker's codec embedding, embeds code0 in the prefill (talker.h keeps its tensor
     // private, so it is looked up by name)
     talker_codec_embd_ = ml.require_table("talker.codec_embd.weight", { Ht, hp_.talker_vocab });
+    interleaved_.commit(ml);
 }
 
 size_t code_predictor::frame_weight_bytes() const {

@@ -5,16 +5,18 @@
 // ggml_mul_mat computes a lone column with one vec_dot per weight row, but from two columns on it
 // hands f32, f16 and q8_0 weights to llamafile's tiled GEMM, which sums in another order; a
 // request decoded in a batch would then not reproduce the same request decoded alone (a sampled
-// code flips sooner or later). mat_vecs() gives every column exactly the bits ggml_mul_mat gives
-// it alone: the column converted to the weight's dot type, then ggml's own vec_dot per row,
-// with each block of weight rows read once for all the columns.
+// code flips sooner or later). mat_vecs() gives every column exactly the bits that column gets
+// alone: for weights as stored, the bits of ggml_mul_mat (the column converted to the weight's
+// dot type, then ggml's own vec_dot per row), with each block of weight rows read once for all
+// the columns.
 //
-// For q4_K and q8_0 weights on x86 (the quantized models' talker and code predictor) the engine's
-// own kernels do this, for one column too: each thread takes one contiguous range of rows and
-// asks for them ahead of use, which ggml's vec_dot does not, and a lone column's sums stay in
-// registers. A decoding step is largely a wait on the weights' memory, so these run the single
-// steps faster than ggml_mul_mat with the same bits. The q4_K kernels take any number of columns
-// (a prefill's too), unpacking each weight block once for up to 8 of them.
+// For q8_0 weights on x86 (the q8_0 models' talker and code predictor) the engine's own kernels
+// do this, for one column too: each thread takes one contiguous range of rows and asks for them
+// ahead of use, which ggml's vec_dot does not, and a lone column's sums stay in registers. A
+// decoding step is largely a wait on the weights' memory, so these run the single steps faster
+// than ggml_mul_mat with the same bits. q4_K matrices are interleaved at load on x86
+// (q4k-interleaved.h) and take that file's kernels, for any number of columns (a prefill's too),
+// in a fixed order of their own.
 #pragma once
 
 #include "ggml.h"

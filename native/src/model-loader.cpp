@@ -54,7 +54,8 @@ uint64_t tensor_checksum_update(uint64_t sum, uint64_t first_word, const void * 
 
 uint64_t tensor_checksum(const void * data, size_t n_bytes) { return tensor_checksum_update(0, 0, data, n_bytes); }
 
-model_loader::model_loader(const std::string & path, ggml_backend_t backend) : path_(path) {
+model_loader::model_loader(const std::string & path, ggml_backend_t backend)
+    : path_(path), on_cpu_(ggml_backend_dev_type(ggml_backend_get_device(backend)) == GGML_BACKEND_DEVICE_TYPE_CPU) {
     std::unique_ptr<FILE, file_closer> file(fopen(path.c_str(), "rb"));
     if (!file) {
         throw error(QT_STATUS_INVALID_PARAMS, format("model file not found or unreadable: %s", path.c_str()));

@@ -26,6 +26,8 @@ public:
     model_loader(const std::string & path, ggml_backend_t backend);
 
     const std::string & path() const { return path_; }
+    // Whether the weights are in the CPU's memory for the CPU backend (not a device's).
+    bool                on_cpu() const { return on_cpu_; }
 
     // Every integer of this model family's metadata (sizes, ids, counts) is far below 2^24
     // (the largest, the text vocabulary, is 151,936): anything larger is refused as corrupt.
@@ -77,6 +79,7 @@ private:
     ggml_backend_buffer_ptr buffer_;
     std::map<std::string, ggml_tensor *> tensors_;
     size_t                  weight_bytes_ = 0;
+    bool                    on_cpu_ = false;
 };
 
 // Checksum of a tensor's bytes as the converter computes it: the sum over little-endian

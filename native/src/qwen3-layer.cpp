@@ -28,7 +28,8 @@ qwen3_hparams read_qwen3_hparams(const model_loader & ml, const std::string & ke
 
 namespace {
 
-qwen3_layer load_layer(model_loader & ml, const std::string & p, const qwen3_hparams & hp) {
+qwen3_layer load_layer(model_loader & ml, const std::string & p, const qwen3_hparams & hp,
+                       interleaved_q4k_weights & interleaved) {
     const int64_t H = hp.hidden;
     const int64_t q_dim = int64_t(hp.heads) * hp.head_dim;
     const int64_t kv_dim = int64_t(hp.kv_heads) * hp.head_dim;
@@ -44,17 +45,20 @@ qwen3_layer load_layer(model_loader & ml, const std::string & p, const qwen3_hpa
     l.gate = ml.require(p + "ffn_gate.weight", { H, hp.ffn });
     l.up = ml.require(p + "ffn_up.weight", { H, hp.ffn });
     l.down = ml.require(p + "ffn_down.weight", { hp.ffn, H });
+    for (ggml_tensor ** w : { &l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down }) {
+        *w = interleaved.adopt(ml, *w);
+    }
     return l;
 }
 
 } // namespace
 
 std::vector<qwen3_layer> load_qwen3_layers(model_loader & ml, const std::string & tensor_prefix,
-                                           const qwen3_hparams & hp) {
+                                           const qwen3_hparams & hp, interleaved_q4k_weights & interleaved) {
     std::vector<qwen3_layer> layers;
     layers.reserve(size_t(hp.layers));
     for (int i = 0; i < hp.layers; ++i) {
-        layers.push_back(load_layer(ml, tensor_prefix + "blk." + std::to_string(i) + ".", hp));
+        layers.push_back(load_layer(ml, tensor_prefix + "blk." + std::to_string(i) + ".", hp, interleaved));
     }
     return layers;
 }

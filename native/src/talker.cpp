@@ -37,7 +37,8 @@ void talker::load(model_loader & ml) {
     hp_.text_vocab = ml.get_size(QT_KEY_TALKER_TEXT_VOCAB);
 
     const int64_t H = hp_.hidden;
-    layers_ = load_qwen3_layers(ml, "talker.", hp_);
+    interleaved_ = interleaved_q4k_weights();
+    layers_ = load_qwen3_layers(ml, "talker.", hp_, interleaved_);
     output_norm_ = ml.require("talker.output_norm.weight", { H });
     codec_embd_ = ml.require_table("talker.codec_embd.weight", { H, hp_.vocab });
     text_embd_ = ml.require_table("talker.text_embd.weight", { hp_.text_hidden, hp_.text_vocab });
@@ -45,7 +46,8 @@ void talker::load(model_loader & ml) {
     text_proj1_b_ = ml.require("talker.text_proj1.bias", { hp_.text_hidden });
     text_proj2_w_ = ml.require("talker.text_proj2.weight", { hp_.text_hidden, H });
     text_proj2_b_ = ml.require("talker.text_proj2.bias", { H });
-    codec_head_ = ml.require("talker.codec_head.weight", { H, hp_.vocab });
+    codec_head_ = interleaved_.adopt(ml, ml.require("talker.codec_head.weight", { H, hp_.vocab }));
+    interleaved_.commit(ml);
 }
 
 size_t talker::step_weight_bytes() const {
@@ -95,8 +97,8 @@ std::vector<float> talker::codec_embed(const compute_backend & backend, const in
 // A step's matrix-vector products are bound by the bandwidth of reading the weight, which
 // mat_vecs() streams once for all the sequences; the packed GEMM of dense() pays off over the
 // many positions of a prefill, for the weight types it packs. Other types (q4_K) would go to
-// ggml_mul_mat, which unpacks each weight block once per position: mat_vecs() gives the same bits
-// and unpacks it once for all of them.
+// ggml_mul_mat, which unpacks each weight block once per position: mat_vecs() unpacks it once for
+// all of them (and interleaved q4_K matrices take no other path).
 ggml_tensor * talker::linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool prefill) const {
     const bool packed = w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_Q8_0;
     return prefill && packed ? dense(ctx, w, x) : mat_vecs(ctx, w, x);
@@ -563,7 +565,7 @@ void talker_state::prefill(const stage_dumper & dumper, const float * embeds, in
         hn = run.stage(hn, "talker_hidden_norm");
     }
     ggml_tensor * last = ggml_view_2d(ctx, hn, hp.hidden, 1, hn->nb[1], size_t(n - 1) * hn->nb[1]);
-    ggml_tensor * logits = ggml_mul_mat(ctx, model_.codec_head_, last);
+    ggml_tensor * logits = mat_vecs(ctx, model_.codec_head_, last);
     if (from_start) {
         logits = run.stage(ggml_reshape_1d(ctx, logits, hp.vocab), "talker_step0_logits");
     }

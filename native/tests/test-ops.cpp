@@ -1,8 +1,10 @@
 // Op-level checks of the shared building blocks against naive reference loops.
+#include "backend-loader.h"
 #include "cpu-ops.h"
 #include "graph.h"
 #include "log.h"
 #include "mat-vecs.h"
+#include "q4k-interleaved.h"
 #include "table-rows.h"
 #include "test-check.h"
 #include "winograd.h"
@@ -512,15 +514,10 @@ void test_mat_vecs(const qt::cpu_backend & backend) {
     qt::cpu_kernels_unforce();
 }
 
-// The q4_K kernels convert their columns to q8_K themselves: the same bits as ggml's conversion
-// where rounding is at stake. Columns of exact ties (x.5 after scaling, rounded to even), the
-// largest magnitude twice with both signs, a block of zeros,
-// tiny values beside a large one.
-void test_mat_vecs_q8k_columns(const qt::cpu_backend & backend) {
-    constexpr int64_t K = 512, N = 21, B = 4;
-    std::mt19937      rng(7);
-    const auto        w = random_vector(size_t(K * N), rng);
-    std::vector<float> x(size_t(K * B));
+// Edge-case columns for the q8_K conversion: exact ties (x.5 after scaling, rounded to even), the
+// largest magnitude twice with both signs, a block of zeros, tiny values beside a large one.
+std::vector<float> q8k_edge_columns(int64_t K) {
+    std::vector<float> x(size_t(K * 4));
     for (int64_t k = 0; k < K; ++k) {
         float * col = x.data();
         col[k] = k % 256 == 3 ? -127.0f : float(k % 255) - 127.0f + 0.5f;  // scale -127 / -127 = 1: ties
@@ -531,14 +528,158 @@ void test_mat_vecs_q8k_columns(const qt::cpu_backend & backend) {
         col = x.data() + 3 * K;
         col[k] = k % 128 == 0 ? 1e4f : 1e-30f * float(k % 5);
     }
+    return x;
+}
+
+// The interleaved kernels' own q8_K conversion: the same bits as ggml's (zeroed sums for a block
+// of zeros, which the reference leaves as they were).
+void test_q8k_conversion() {
+    if (!qt::q4k_interleave_supported()) {
+        return;
+    }
+    constexpr int64_t K = 512;
+    std::mt19937      rng(7);
+    std::vector<float> x = q8k_edge_columns(K);
+    const auto         random = random_vector(size_t(K), rng);
+    x.insert(x.end(), random.begin(), random.end());
+    const ggml_type_traits_cpu * q8k = qt::cpu_backend_loaded().type_traits(GGML_TYPE_Q8_K);
+    const size_t                 bytes = ggml_row_size(GGML_TYPE_Q8_K, K);
+    for (size_t c = 0; c < x.size() / size_t(K); ++c) {
+        std::vector<uint8_t> got(bytes, 0), want(bytes, 0);
+        qt::quantize_q8_k(x.data() + c * size_t(K), got.data(), K);
+        q8k->from_float(x.data() + c * size_t(K), want.data(), K);
+        check(got == want, "q8_K conversion, column %zu: the same bits as ggml's", c);
+    }
+}
+
+// A row of stored q4_K blocks dotted with a q8_K column in the interleaved kernels' order: per
+// block the exact integer sums, then one fused multiply-add each (q4k-interleaved.h).
+float q4k_dot_in_kernel_order(const uint8_t * row, const uint8_t * column, int64_t nb) {
+    float acc = 0.0f, acc_mins = 0.0f;
+    for (int64_t i = 0; i < nb; ++i) {
+        const uint8_t * b = row + i * 144;  // d, dmin (f16), 12 bytes of scales, 128 of nibbles
+        const uint8_t * y = column + i * 292;  // d (f32), 256 values, 16 sums of 16
+        uint32_t        utmp[4];
+        memcpy(utmp, b + 4, 12);
+        utmp[3] = ((utmp[2] >> 4) & 0x0f0f0f0f) | (((utmp[1] >> 6) & 0x03030303) << 4);
+        const uint32_t uaux = utmp[1] & 0x3f3f3f3f;
+        utmp[1] = (utmp[2] & 0x0f0f0f0f) | (((utmp[0] >> 6) & 0x03030303) << 4);
+        utmp[2] = uaux;
+        utmp[0] &= 0x3f3f3f3f;
+        const auto * scales = reinterpret_cast<const uint8_t *>(utmp);  // 8 scales, then 8 mins
+        const auto * q8 = reinterpret_cast<const int8_t *>(y + 4);
+        int16_t       sums16[16];
+        memcpy(sums16, y + 4 + 256, sizeof(sums16));
+        int32_t isum = 0, msum = 0;
+        for (int s = 0; s < 8; ++s) {
+            int32_t dot = 0;
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t packed = b[16 + 32 * (s / 2) + l];
+                dot += int32_t(s % 2 ? packed >> 4 : packed & 0xF) * q8[32 * s + l];
+            }
+            isum += scales[s] * dot;
+            msum += scales[8 + s] * (sums16[2 * s] + sums16[2 * s + 1]);
+        }
+        uint16_t d16, dmin16;
+        float    yd;
+        memcpy(&d16, b, 2);
+        memcpy(&dmin16, b + 2, 2);
+        memcpy(&yd, y, 4);
+        acc = std::fma(ggml_fp16_to_fp32(d16) * yd, float(isum), acc);
+        acc_mins = std::fma(ggml_fp16_to_fp32(dmin16) * yd, float(msum), acc_mins);
+    }
+    return acc - acc_mins;
+}
+
+// mat_vecs() on interleaved q4_K weights, on every kernel path (AVX2 below a forced generic
+// level: interleaved rows have no other): bit for bit the kernel order above, every column the same
+// bits as that column alone, the same bits on AVX2 and AVX512, and within rounding of
+// ggml_mul_mat on the rows as stored. Shapes: one and several 16-row groups split between the
+// threads, every group width of columns and more, a prefill's many columns, edge-case columns.
+void test_interleaved_q4k(const qt::cpu_backend & backend) {
+    if (!qt::q4k_interleave_supported()) {
+        printf("interleaved q4_K: not on this CPU\n");
+        return;
+    }
+    struct shape {
+        int64_t K, N, B;
+    };
+    std::vector<std::vector<float>> first_level;
     for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
         qt::cpu_kernels_force(qt::cpu_kernels(level));
-        const std::vector<float> got =
-            mat_vecs_and_alone(backend, GGML_TYPE_Q4_K, quantized(GGML_TYPE_Q4_K, w, K, N), x, K, N, B, K);
-        const size_t half = got.size() / 2;
-        check(std::equal(got.begin(), got.begin() + half, got.begin() + half),
-              "mat_vecs q4_K, q8_K conversion edge cases (%s kernels): the same bits as each column alone",
-              qt::cpu_kernels_name(qt::cpu_kernels(level)));
+        size_t n_case = 0;
+        for (shape sh : { shape{ 256, 16, 1 }, shape{ 512, 48, 3 }, shape{ 1024, 80, 8 }, shape{ 768, 32, 9 },
+                          shape{ 256, 64, 16 }, shape{ 512, 16, 4 }, shape{ 256, 32, 45 } }) {
+            std::mt19937 rng(uint32_t(sh.K + sh.N * 7 + sh.B * 13));
+            const auto   w = random_vector(size_t(sh.K * sh.N), rng);
+            std::vector<float> x = random_vector(size_t((sh.K + 8) * sh.B), rng);  // columns 8 floats apart
+            if (sh.B == 4) {
+                const std::vector<float> edges = q8k_edge_columns(sh.K);
+                for (int64_t c = 0; c < 4; ++c) {
+                    std::copy_n(edges.data() + c * sh.K, sh.K, x.data() + c * (sh.K + 8));
+                }
+            }
+            const std::vector<uint8_t> stored = quantized(GGML_TYPE_Q4_K, w, sh.K, sh.N);
+            std::vector<uint8_t>       interleaved(stored.size());
+            qt::interleave_q4k(stored.data(), interleaved.data(), sh.N, sh.K);
+
+            qt::stage_dumper no_dump;
+            qt::graph_run    run(backend, no_dump, 64 + 4 * size_t(sh.B));
+            ggml_context *   ctx = run.ctx();
+            const std::string name = std::string("w") + qt::k_interleaved_q4k_suffix;
+            ggml_tensor *    wi = run.input(name.c_str(), GGML_TYPE_Q4_K, interleaved.data(), { sh.K, sh.N });
+            ggml_tensor *    ws = run.input("w_stored", GGML_TYPE_Q4_K, stored.data(), { sh.K, sh.N });
+            ggml_tensor *    xt = run.input_f32("x", x.data(), { sh.K + 8, sh.B });
+            ggml_tensor *    all = qt::mat_vecs(ctx, wi, ggml_view_2d(ctx, xt, sh.K, sh.B, xt->nb[1], 0));
+            ggml_tensor *    alone = nullptr;
+            ggml_tensor *    by_ggml = nullptr;
+            for (int64_t c = 0; c < sh.B; ++c) {
+                ggml_tensor * col = ggml_view_2d(ctx, xt, sh.K, 1, xt->nb[1], size_t(c) * xt->nb[1]);
+                ggml_tensor * yc = qt::mat_vecs(ctx, wi, col);
+                ggml_tensor * gc = ggml_mul_mat(ctx, ws, col);
+                alone = alone ? ggml_concat(ctx, alone, yc, 1) : yc;
+                by_ggml = by_ggml ? ggml_concat(ctx, by_ggml, gc, 1) : gc;
+            }
+            ggml_tensor * out = ggml_concat(ctx, ggml_concat(ctx, all, alone, 1), by_ggml, 1);
+            run.compute(out);
+            const std::vector<float> got = run.read_f32(out);
+            const size_t             n = size_t(sh.N * sh.B);
+
+            char what[96];
+            snprintf(what, sizeof(what), "interleaved q4_K K %lld N %lld B %lld (%s kernels)", (long long) sh.K,
+                     (long long) sh.N, (long long) sh.B, qt::cpu_kernels_name(qt::cpu_kernels(level)));
+            check(std::equal(got.begin(), got.begin() + n, got.begin() + n), "%s: the same bits as each column alone",
+                  what);
+            const size_t         q8k_bytes = ggml_row_size(GGML_TYPE_Q8_K, sh.K);
+            std::vector<uint8_t> column(q8k_bytes);
+            bool                 in_order = true;
+            double               worst = 0.0;
+            for (int64_t c = 0; c < sh.B; ++c) {
+                qt::quantize_q8_k(x.data() + c * (sh.K + 8), column.data(), sh.K);
+                double scale = 1e-30;  // the column's largest output: sums in another order differ by its rounding
+                for (int64_t r = 0; r < sh.N; ++r) {
+                    scale = std::max(scale, std::fabs(double(got[2 * n + size_t(c * sh.N + r)])));
+                }
+                for (int64_t r = 0; r < sh.N; ++r) {
+                    const float want = q4k_dot_in_kernel_order(stored.data() + size_t(r) * ggml_row_size(GGML_TYPE_Q4_K, sh.K),
+                                                               column.data(), sh.K / 256);
+                    const float mine = got[size_t(c * sh.N + r)];
+                    in_order = in_order && mine == want;
+                    const float ggml = got[2 * n + size_t(c * sh.N + r)];
+                    worst = std::max(worst, double(std::fabs(mine - ggml)) / scale);
+                }
+            }
+            check(in_order, "%s: bit for bit the kernels' order of sums", what);
+            check(worst <= 1e-5, "%s: within %.2g of ggml_mul_mat on the rows as stored (of the largest output)", what,
+                  worst);
+            const std::vector<float> mine(got.begin(), got.begin() + n);
+            if (level == 0) {
+                first_level.push_back(mine);
+            } else {
+                check(mine == first_level[n_case], "%s: the same bits as the AVX2 kernels", what);
+            }
+            ++n_case;
+        }
     }
     qt::cpu_kernels_unforce();
 }
@@ -828,7 +969,8 @@ int main() {
         test_dense_standard(backend);
         test_packed_dense(backend);
         test_mat_vecs(backend);
-        test_mat_vecs_q8k_columns(backend);
+        test_q8k_conversion();
+        test_interleaved_q4k(backend);
 #if defined(__linux__)
         test_table_rows(backend);
 #endif

@@ -1,0 +1,460 @@
+#include "q4k-interleaved.h"
+
+#include "backend-loader.h"
+#include "cpu-ops.h"
+#include "graph.h"
+#include "log.h"
+#include "model-loader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#    include <immintrin.h>
+#    define QT_Q4K_X86 1
+#    if !defined(__clang__)
+// GCC 12's AVX512 intrinsics pass an undefined vector (a self-initialised variable) as the unused
+// merge operand, which -Wmaybe-uninitialized and -Wuninitialized report at every use.
+#        pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#        pragma GCC diagnostic ignored "-Wuninitialized"
+#    endif
+#endif
+
+namespace qt {
+
+namespace {
+
+// ggml's q4_K block (ggml-common.h, which ggml does not install), checked against ggml's size in
+// q4k_interleave_supported().
+constexpr int k_qk = 256;
+struct block_q4_k {
+    uint16_t d, dmin;     // f16
+    uint8_t  scales[12];  // 8 scales and 8 mins of 6 bits
+    uint8_t  qs[k_qk / 2];
+};
+static_assert(sizeof(block_q4_k) == 144, "ggml's block layout");
+
+// One interleaved record: a block of 16 rows.
+constexpr size_t k_rows = size_t(k_interleaved_rows);
+constexpr size_t k_qs_bytes = 4 * 8 * k_rows * 4;  // [j][q][row][4]
+constexpr size_t k_scales_at = k_qs_bytes;         // [w][row] 32-bit words, w < 3
+constexpr size_t k_d_at = k_scales_at + 3 * k_rows * 4;
+constexpr size_t k_dmin_at = k_d_at + k_rows * 2;
+constexpr size_t k_record_bytes = k_dmin_at + k_rows * 2;
+static_assert(k_record_bytes == k_rows * sizeof(block_q4_k), "a record is its rows' blocks, rearranged");
+
+} // namespace
+
+bool is_interleaved_q4k(const ggml_tensor * w) {
+    const size_t n = strlen(w->name), s = strlen(k_interleaved_q4k_suffix);
+    return w->type == GGML_TYPE_Q4_K && n >= s && strcmp(w->name + n - s, k_interleaved_q4k_suffix) == 0;
+}
+
+void interleave_q4k(const void * rows, void * out, int64_t n_rows, int64_t k) {
+    const int64_t nb = k / k_qk;
+    const auto *  in = static_cast<const block_q4_k *>(rows);
+    auto *        dst = static_cast<uint8_t *>(out);
+    for (int64_t g = 0; g < n_rows / int64_t(k_rows); ++g) {
+        for (int64_t i = 0; i < nb; ++i) {
+            uint8_t * rec = dst + size_t(g * nb + i) * k_record_bytes;
+            for (size_t r = 0; r < k_rows; ++r) {
+                const block_q4_k & b = in[(size_t(g) * k_rows + r) * size_t(nb) + size_t(i)];
+                for (size_t jq = 0; jq < 32; ++jq) {  // j * 8 + q: bytes 4 jq .. 4 jq + 3 of qs
+                    memcpy(rec + (jq * k_rows + r) * 4, b.qs + 4 * jq, 4);
+                }
+                for (size_t w = 0; w < 3; ++w) {
+                    memcpy(rec + k_scales_at + (w * k_rows + r) * 4, b.scales + 4 * w, 4);
+                }
+                memcpy(rec + k_d_at + 2 * r, &b.d, 2);
+                memcpy(rec + k_dmin_at + 2 * r, &b.dmin, 2);
+            }
+        }
+    }
+}
+
+#ifdef QT_Q4K_X86
+
+namespace {
+
+struct block_q8_k {
+    float   d;
+    int8_t  qs[k_qk];
+    int16_t bsums[k_qk / 16];
+};
+static_assert(sizeof(block_q8_k) == 292, "ggml's block layout");
+
+constexpr int k_group_columns = 8;
+
+// Byte pair (2p, 2p + 1) of each 32-bit word as two 16-bit words, within 128-bit lanes.
+__attribute__((always_inline, target("avx2"))) inline __m256i pair_control(int p) {
+    const int8_t a = int8_t(2 * p), b = int8_t(2 * p + 1), z = int8_t(0x80);
+    return _mm256_setr_epi8(a, z, b, z, a + 4, z, b + 4, z, a + 8, z, b + 8, z, a + 12, z, b + 12, z, a, z, b, z, a + 4,
+                            z, b + 4, z, a + 8, z, b + 8, z, a + 12, z, b + 12, z);
+}
+
+__attribute__((always_inline)) inline int32_t load_i32(const void * p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+// How far ahead of the record in hand the kernels ask for weights, and the share of lines each
+// of a record's four steps asks for. A thread's groups are one contiguous range, but the
+// processor's own prefetching leaves the kernels waiting on memory without this: 10 sequences
+// side by side at q4_K, perf samples in the 8-column kernel (Zen 5): 32.7k without, 15.6k at
+// 2 KiB, 13.6k at 4 KiB, 11.4-11.9k at 8 and 12 KiB; a lone column's kernel varied within noise.
+constexpr size_t k_prefetch_bytes = 8192;
+constexpr size_t k_lines_per_step = k_record_bytes / 64 / 4;
+
+__attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * rec, int step) {
+    for (size_t line = 0; line < k_lines_per_step; ++line) {
+        _mm_prefetch(reinterpret_cast<const char *>(rec) + k_prefetch_bytes + (size_t(step) * k_lines_per_step + line) * 64,
+                     _MM_HINT_T0);
+    }
+}
+
+// The kernels' output for one group of 16 rows and COLS columns (COLS <= k_group_columns):
+// out[c][0..15] = the rows dotted with column c. ys[c]: the column's q8_K blocks; sums[c * nb + i]:
+// its eight 32-value sums of block i. DOT4(acc, w, y) adds the dot of each 32-bit lane's four
+// unsigned bytes w by four signed bytes y; DOT2(acc, w, y) of two 16-bit pairs.
+#    define QT_Q4K_GROUP_512(NAME, TARGET, DOT4, DOT2)                                                                \
+        template <int COLS>                                                                                          \
+        __attribute__((target(TARGET))) void NAME(const uint8_t * group, int nb, const block_q8_k * const * ys,     \
+                                                  const int32_t * sums, float * const * out) {                      \
+            __m512 acc[COLS], accm[COLS];                                                                             \
+            for (int c = 0; c < COLS; ++c) {                                                                          \
+                acc[c] = _mm512_setzero_ps();                                                                         \
+                accm[c] = _mm512_setzero_ps();                                                                        \
+            }                                                                                                         \
+            const __m512i m4 = _mm512_set1_epi8(0x0F), low6 = _mm512_set1_epi8(0x3F), two = _mm512_set1_epi8(0x03);   \
+            const __m512i byte = _mm512_set1_epi32(0xFF);                                                             \
+            const __m512i pairs01 = _mm512_broadcast_i64x4(pair_control(0)),                                          \
+                          pairs23 = _mm512_broadcast_i64x4(pair_control(1));                                          \
+            for (int i = 0; i < nb; ++i) {                                                                            \
+                const uint8_t * rec = group + size_t(i) * k_record_bytes;                                             \
+                const auto *    qs = reinterpret_cast<const __m512i *>(rec);                                          \
+                const __m512i   u0 = _mm512_loadu_si512(rec + k_scales_at);                                           \
+                const __m512i   u1 = _mm512_loadu_si512(rec + k_scales_at + 64);                                      \
+                const __m512i   u2 = _mm512_loadu_si512(rec + k_scales_at + 128);                                     \
+                /* ggml's unpacking of the 6-bit scales and mins, for 16 rows at once */                             \
+                const __m512i sc[2] = {                                                                               \
+                    _mm512_and_si512(u0, low6),                                                                       \
+                    _mm512_or_si512(_mm512_and_si512(u2, m4),                                                         \
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), two), 4)) };         \
+                const __m512i mn_lo = _mm512_and_si512(u1, low6);                                                     \
+                const __m512i mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),                 \
+                                                      _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), two), \
+                                                                        4));                                          \
+                const __m512i mp[4] = { _mm512_shuffle_epi8(mn_lo, pairs01), _mm512_shuffle_epi8(mn_lo, pairs23),     \
+                                        _mm512_shuffle_epi8(mn_hi, pairs01), _mm512_shuffle_epi8(mn_hi, pairs23) };   \
+                __m512i isum[COLS];                                                                                   \
+                for (int c = 0; c < COLS; ++c) {                                                                      \
+                    isum[c] = _mm512_setzero_si512();                                                                 \
+                }                                                                                                     \
+                for (int j = 0; j < 4; ++j) {                                                                         \
+                    prefetch_ahead(rec, j);                                                                           \
+                    /* sub-blocks 2j (low nibbles) and 2j + 1 (high): bytes 0 / 2 and 1 / 3 of their word */         \
+                    const __m512i s_lo = _mm512_and_si512(_mm512_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);          \
+                    const __m512i s_hi = _mm512_and_si512(_mm512_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);      \
+                    __m512i       lo[8], hi[8];                                                                       \
+                    for (int q = 0; q < 8; ++q) {                                                                     \
+                        const __m512i bits = _mm512_load_si512(qs + 8 * j + q);                                       \
+                        lo[q] = _mm512_and_si512(bits, m4);                                                           \
+                        hi[q] = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);                                     \
+                    }                                                                                                 \
+                    for (int c = 0; c < COLS; ++c) {                                                                  \
+                        const int8_t * y = ys[c][i].qs + 64 * j;                                                      \
+                        __m512i        a_lo = _mm512_setzero_si512(), a_hi = _mm512_setzero_si512();                  \
+                        for (int q = 0; q < 8; ++q) {                                                                 \
+                            a_lo = DOT4(a_lo, lo[q], _mm512_set1_epi32(load_i32(y + 4 * q)));                         \
+                            a_hi = DOT4(a_hi, hi[q], _mm512_set1_epi32(load_i32(y + 32 + 4 * q)));                    \
+                        }                                                                                             \
+                        isum[c] = _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(a_lo, s_lo),          \
+                                                                             _mm512_mullo_epi32(a_hi, s_hi)));        \
+                    }                                                                                                 \
+                }                                                                                                     \
+                const __m512 xd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec + k_d_at))); \
+                const __m512 xdmin =                                                                                  \
+                    _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec + k_dmin_at)));          \
+                for (int c = 0; c < COLS; ++c) {                                                                      \
+                    const int32_t * s = sums + (size_t(c) * size_t(nb) + size_t(i)) * 4;                              \
+                    __m512i         msum = _mm512_setzero_si512();                                                    \
+                    for (int p = 0; p < 4; ++p) {                                                                     \
+                        msum = DOT2(msum, mp[p], _mm512_set1_epi32(s[p]));                                            \
+                    }                                                                                                 \
+                    const __m512 yd = _mm512_set1_ps(ys[c][i].d);                                                     \
+                    acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(xd, yd), _mm512_cvtepi32_ps(isum[c]), acc[c]);             \
+                    accm[c] = _mm512_fmadd_ps(_mm512_mul_ps(xdmin, yd), _mm512_cvtepi32_ps(msum), accm[c]);           \
+                }                                                                                                     \
+            }                                                                                                         \
+            for (int c = 0; c < COLS; ++c) {                                                                          \
+                _mm512_storeu_ps(out[c], _mm512_sub_ps(acc[c], accm[c]));                                             \
+            }                                                                                                         \
+        }
+
+QT_Q4K_GROUP_512(group_512_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", _mm512_dpbusd_epi32,
+                 _mm512_dpwssd_epi32)
+
+__attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw"))) inline __m512i dot4_512(__m512i acc, __m512i w,
+                                                                                                __m512i y) {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, y), _mm512_set1_epi16(1)));
+}
+__attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw"))) inline __m512i dot2_512(__m512i acc, __m512i w,
+                                                                                                __m512i y) {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(w, y));
+}
+QT_Q4K_GROUP_512(group_512, "avx2,fma,f16c,avx512f,avx512vl,avx512bw", dot4_512, dot2_512)
+
+// Rows 0-7 (half 0) or 8-15 (half 1) of the record's 64-byte vector at `offset`.
+__attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint8_t * rec, size_t offset, int half) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec + offset + 32 * size_t(half)));
+}
+
+// The same sums with 256-bit vectors: rows 0-7 of the group, then rows 8-15, each the low or high
+// 32 bytes of every 64-byte vector of the record.
+template <int COLS>
+__attribute__((target("avx2,fma,f16c"))) void group_avx2(const uint8_t * group, int nb, const block_q8_k * const * ys,
+                                                          const int32_t * sums, float * const * out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F), two = _mm256_set1_epi8(0x03);
+    const __m256i byte = _mm256_set1_epi32(0xFF), ones = _mm256_set1_epi16(1);
+    const __m256i pairs01 = pair_control(0), pairs23 = pair_control(1);
+    for (int half = 0; half < 2; ++half) {
+        __m256 acc[COLS], accm[COLS];
+        for (int c = 0; c < COLS; ++c) {
+            acc[c] = _mm256_setzero_ps();
+            accm[c] = _mm256_setzero_ps();
+        }
+        for (int i = 0; i < nb; ++i) {
+            const uint8_t * rec = group + size_t(i) * k_record_bytes;
+            const __m256i u0 = half_at(rec, k_scales_at, half), u1 = half_at(rec, k_scales_at + 64, half),
+                          u2 = half_at(rec, k_scales_at + 128, half);
+            const __m256i sc[2] = { _mm256_and_si256(u0, low6),
+                                    _mm256_or_si256(_mm256_and_si256(u2, m4),
+                                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4)) };
+            const __m256i mn_lo = _mm256_and_si256(u1, low6);
+            const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                                  _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));
+            const __m256i mp[4] = { _mm256_shuffle_epi8(mn_lo, pairs01), _mm256_shuffle_epi8(mn_lo, pairs23),
+                                    _mm256_shuffle_epi8(mn_hi, pairs01), _mm256_shuffle_epi8(mn_hi, pairs23) };
+            __m256i isum[COLS];
+            for (int c = 0; c < COLS; ++c) {
+                isum[c] = _mm256_setzero_si256();
+            }
+            for (int j = 0; j < 4; ++j) {
+                prefetch_ahead(rec, j);
+                const __m256i s_lo = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);
+                const __m256i s_hi = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);
+                __m256i       lo[8], hi[8];
+                for (int q = 0; q < 8; ++q) {
+                    const __m256i bits = half_at(rec, size_t(8 * j + q) * 64, half);
+                    lo[q] = _mm256_and_si256(bits, m4);
+                    hi[q] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                }
+                for (int c = 0; c < COLS; ++c) {
+                    const int8_t * y = ys[c][i].qs + 64 * j;
+                    __m256i        a_lo = _mm256_setzero_si256(), a_hi = _mm256_setzero_si256();
+                    for (int q = 0; q < 8; ++q) {
+                        a_lo = _mm256_add_epi32(
+                            a_lo, _mm256_madd_epi16(_mm256_maddubs_epi16(lo[q], _mm256_set1_epi32(load_i32(y + 4 * q))), ones));
+                        a_hi = _mm256_add_epi32(
+                            a_hi,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(hi[q], _mm256_set1_epi32(load_i32(y + 32 + 4 * q))), ones));
+                    }
+                    isum[c] = _mm256_add_epi32(isum[c],
+                                               _mm256_add_epi32(_mm256_mullo_epi32(a_lo, s_lo), _mm256_mullo_epi32(a_hi, s_hi)));
+                }
+            }
+            const __m256 xd =
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec + k_d_at + 16 * size_t(half))));
+            const __m256 xdmin =
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec + k_dmin_at + 16 * size_t(half))));
+            for (int c = 0; c < COLS; ++c) {
+                const int32_t * s = sums + (size_t(c) * size_t(nb) + size_t(i)) * 4;
+                __m256i         msum = _mm256_setzero_si256();
+                for (int p = 0; p < 4; ++p) {
+                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mp[p], _mm256_set1_epi32(s[p])));
+                }
+                const __m256 yd = _mm256_set1_ps(ys[c][i].d);
+                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, yd), _mm256_cvtepi32_ps(isum[c]), acc[c]);
+                accm[c] = _mm256_fmadd_ps(_mm256_mul_ps(xdmin, yd), _mm256_cvtepi32_ps(msum), accm[c]);
+            }
+        }
+        for (int c = 0; c < COLS; ++c) {
+            _mm256_storeu_ps(out[c] + 8 * half, _mm256_sub_ps(acc[c], accm[c]));
+        }
+    }
+}
+
+using group_kernel = void (*)(const uint8_t *, int, const block_q8_k * const *, const int32_t *, float * const *);
+
+#    define QT_Q4K_GROUP_TABLE(KERNEL)                                                                                \
+        { KERNEL<1>, KERNEL<2>, KERNEL<3>, KERNEL<4>, KERNEL<5>, KERNEL<6>, KERNEL<7>, KERNEL<8> }
+
+const group_kernel k_avx2_kernels[k_group_columns] = QT_Q4K_GROUP_TABLE(group_avx2);
+const group_kernel k_512_kernels[k_group_columns] = QT_Q4K_GROUP_TABLE(group_512);
+const group_kernel k_512_vnni_kernels[k_group_columns] = QT_Q4K_GROUP_TABLE(group_512_vnni);
+
+// The kernels for graphs built now: AVX512 where active (VNNI where the ggml variant has it), else
+// AVX2, which every machine that interleaved its weights has (cpu_kernels_force() lowers the
+// others' kernels, not below what interleaved weights need).
+const group_kernel * active_kernels() {
+    if (cpu_kernels_active() == cpu_kernels::avx512) {
+        static const bool vnni = cpu_backend_loaded().features.find("AVX512_VNNI") != std::string::npos;
+        return vnni ? k_512_vnni_kernels : k_512_kernels;
+    }
+    return k_avx2_kernels;
+}
+
+// A column's block's eight 32-value sums as four words of two 16-bit halves: sums 2p and 2p + 1
+// in word p, against the mins 2p and 2p + 1 of a DOT2.
+void sums_of_32(const block_q8_k & y, int32_t * words) {
+    for (int p = 0; p < 4; ++p) {
+        const auto lo = uint16_t(int16_t(y.bsums[4 * p] + y.bsums[4 * p + 1]));
+        const auto hi = uint16_t(int16_t(y.bsums[4 * p + 2] + y.bsums[4 * p + 3]));
+        words[p] = int32_t(uint32_t(lo) | uint32_t(hi) << 16);
+    }
+}
+
+} // namespace
+
+void interleaved_q4k_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith,
+                             int nth) {
+    const int     nb = int(w->ne[0] / k_qk);
+    const int     cols = int(dst->ne[1]);
+    const int64_t groups = w->ne[1] / int64_t(k_rows);
+    thread_local std::vector<const block_q8_k *> ys;
+    thread_local std::vector<int32_t>            sums;
+    ys.resize(size_t(cols));
+    sums.resize(size_t(cols) * size_t(nb) * 4);
+    for (int c = 0; c < cols; ++c) {
+        ys[size_t(c)] = reinterpret_cast<const block_q8_k *>(xq + size_t(c) * xq_stride);
+        for (int i = 0; i < nb; ++i) {
+            sums_of_32(ys[size_t(c)][i], sums.data() + (size_t(c) * size_t(nb) + size_t(i)) * 4);
+        }
+    }
+    const group_kernel * kernels = active_kernels();
+    const auto *         base = static_cast<const uint8_t *>(w->data);
+    for (int64_t g = groups * ith / nth; g < groups * (ith + 1) / nth; ++g) {
+        const uint8_t * group = base + size_t(g) * size_t(nb) * k_record_bytes;
+        for (int c0 = 0; c0 < cols; c0 += k_group_columns) {
+            const int n = std::min(cols - c0, k_group_columns);
+            float *   out[k_group_columns];
+            for (int c = 0; c < n; ++c) {
+                out[c] = reinterpret_cast<float *>(static_cast<char *>(dst->data) + size_t(c0 + c) * dst->nb[1]) +
+                         g * int64_t(k_rows);
+            }
+            kernels[n - 1](group, nb, ys.data() + c0, sums.data() + size_t(c0) * size_t(nb) * 4, out);
+        }
+    }
+}
+
+// ggml's quantize_row_q8_K (its x86 build runs the scalar reference) with AVX2, the same bits for
+// finite inputs: the block's scale from its first value of largest magnitude, each value times
+// -127 / that value rounded to the nearest integer, ties to even (as the reference's float trick
+// rounds), and the 16-value sums. An all-zero block gets zero sums where the reference leaves
+// them as they were; its scale is zero, so they add only zeros to any dot product.
+__attribute__((target("avx2,fma,f16c"))) void quantize_q8_k(const float * x, void * out_blocks, int64_t k) {
+    auto * y = static_cast<block_q8_k *>(out_blocks);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < k / k_qk; ++b, x += k_qk) {
+        block_q8_k & out = y[b];
+        __m256       amax8 = _mm256_setzero_ps();
+        for (int j = 0; j < k_qk; j += 8) {
+            amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        }
+        __m128 amax4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+        amax4 = _mm_max_ps(amax4, _mm_movehl_ps(amax4, amax4));
+        amax4 = _mm_max_ss(amax4, _mm_movehdup_ps(amax4));
+        const float amax = _mm_cvtss_f32(amax4);
+        if (amax == 0.0f) {
+            out.d = 0.0f;
+            memset(out.qs, 0, sizeof(out.qs));
+            memset(out.bsums, 0, sizeof(out.bsums));
+            continue;
+        }
+        float max = 0.0f;
+        for (int j = 0; j < k_qk; j += 8) {
+            const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j));
+            const int    hits = _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (hits) {
+                max = x[j + __builtin_ctz(unsigned(hits))];
+                break;
+            }
+        }
+        const float   iscale = -127.0f / max;
+        const __m256  scale = _mm256_set1_ps(iscale);
+        const __m256i top = _mm256_set1_epi32(127);
+        for (int g = 0; g < k_qk / 16; ++g) {
+            const __m256i lo = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(scale, _mm256_loadu_ps(x + 16 * g))), top);
+            const __m256i hi =
+                _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(scale, _mm256_loadu_ps(x + 16 * g + 8))), top);
+            // packs work within 128-bit lanes: 16-bit values 0-3 8-11 4-7 12-15, then put in order
+            const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+            const __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(out.qs + 16 * g), bytes);
+            __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(_mm256_add_epi32(lo, hi)),
+                                        _mm256_extracti128_si256(_mm256_add_epi32(lo, hi), 1));
+            sum = _mm_hadd_epi32(sum, sum);
+            sum = _mm_hadd_epi32(sum, sum);
+            out.bsums[g] = int16_t(_mm_cvtsi128_si32(sum));
+        }
+        out.d = 1.0f / iscale;
+    }
+}
+
+#else
+
+// Nothing is interleaved where q4k_interleave_supported() is false.
+void interleaved_q4k_product(const ggml_tensor *, const char *, size_t, ggml_tensor *, int, int) {
+    GGML_ABORT("interleaved q4_K weights on a CPU without the kernels");
+}
+
+void quantize_q8_k(const float *, void *, int64_t) { GGML_ABORT("q8_K columns on a CPU without the kernels"); }
+
+#endif  // QT_Q4K_X86
+
+bool q4k_interleave_supported() {
+#ifdef QT_Q4K_X86
+    return cpu_kernels_best() >= cpu_kernels::avx2 && ggml_type_size(GGML_TYPE_Q4_K) == sizeof(block_q4_k) &&
+           ggml_blck_size(GGML_TYPE_Q4_K) == k_qk && ggml_type_size(GGML_TYPE_Q8_K) == 292;
+#else
+    return false;
+#endif
+}
+
+ggml_tensor * interleaved_q4k_weights::adopt(const model_loader & loader, ggml_tensor * w) {
+    if (w->type != GGML_TYPE_Q4_K || !loader.on_cpu() || !q4k_interleave_supported() || !ggml_is_contiguous(w) ||
+        ggml_n_dims(w) != 2 || w->ne[1] % k_interleaved_rows != 0 || w->ne[0] % k_qk != 0) {
+        return w;
+    }
+    if (!ctx_) {
+        ctx_ = new_metadata_context(256, false, "interleaved q4_K weights");
+    }
+    ggml_tensor * t = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_Q4_K, w->ne[0], w->ne[1]);
+    if (!t) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, "too many interleaved q4_K weights for their context");
+    }
+    ggml_format_name(t, "%.*s%s", int(GGML_MAX_NAME - 1 - strlen(k_interleaved_q4k_suffix)), w->name, k_interleaved_q4k_suffix);
+    pending_.push_back({ w, t });
+    return t;
+}
+
+void interleaved_q4k_weights::commit(const model_loader & loader) {
+    if (pending_.empty()) {
+        return;
+    }
+    buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_.get(), ggml_backend_cpu_buffer_type()));
+    if (!buffer_) {
+        throw error(QT_STATUS_OUT_OF_MEMORY,
+                    format("not enough memory for the interleaved q4_K weights of %s", loader.path().c_str()));
+    }
+    ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    for (const pending & p : pending_) {
+        interleave_q4k(p.stored->data, p.interleaved->data, p.stored->ne[1], p.stored->ne[0]);
+        loader.release(p.stored);
+    }
+    pending_.clear();
+}
+
+} // namespace qt
