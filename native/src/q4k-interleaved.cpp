@@ -157,21 +157,36 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * rec, i
                     /* sub-blocks 2j (low nibbles) and 2j + 1 (high): bytes 0 / 2 and 1 / 3 of their word */         \
                     const __m512i s_lo = _mm512_and_si512(_mm512_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);          \
                     const __m512i s_hi = _mm512_and_si512(_mm512_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);      \
-                    __m512i       lo[8], hi[8];                                                                       \
-                    for (int q = 0; q < 8; ++q) {                                                                     \
-                        const __m512i bits = _mm512_load_si512(qs + 8 * j + q);                                       \
-                        lo[q] = _mm512_and_si512(bits, m4);                                                           \
-                        hi[q] = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);                                     \
-                    }                                                                                                 \
-                    for (int c = 0; c < COLS; ++c) {                                                                  \
-                        const int8_t * y = ys[c][i].qs + 64 * j;                                                      \
-                        __m512i        a_lo = _mm512_setzero_si512(), a_hi = _mm512_setzero_si512();                  \
+                    /* both halves at once for few columns, else one: each step of q then feeds   */           \
+                    /* COLS * H independent sums, enough to hide the dot's latency                  */           \
+                    constexpr int H = COLS <= 4 ? 2 : 1;                                                              \
+                    for (int h0 = 0; h0 < 2; h0 += H) {                                                               \
+                        __m512i w[H][8];                                                                              \
                         for (int q = 0; q < 8; ++q) {                                                                 \
-                            a_lo = DOT4(a_lo, lo[q], _mm512_set1_epi32(load_i32(y + 4 * q)));                         \
-                            a_hi = DOT4(a_hi, hi[q], _mm512_set1_epi32(load_i32(y + 32 + 4 * q)));                    \
+                            const __m512i bits = _mm512_load_si512(qs + 8 * j + q);                                   \
+                            for (int h = 0; h < H; ++h) {                                                             \
+                                w[h][q] = _mm512_and_si512(h0 + h ? _mm512_srli_epi16(bits, 4) : bits, m4);           \
+                            }                                                                                         \
                         }                                                                                             \
-                        isum[c] = _mm512_add_epi32(isum[c], _mm512_add_epi32(_mm512_mullo_epi32(a_lo, s_lo),          \
-                                                                             _mm512_mullo_epi32(a_hi, s_hi)));        \
+                        __m512i a[H][COLS];                                                                           \
+                        for (int h = 0; h < H; ++h) {                                                                 \
+                            for (int c = 0; c < COLS; ++c) {                                                          \
+                                a[h][c] = _mm512_setzero_si512();                                                     \
+                            }                                                                                         \
+                        }                                                                                             \
+                        for (int q = 0; q < 8; ++q) {                                                                 \
+                            for (int h = 0; h < H; ++h) {                                                             \
+                                for (int c = 0; c < COLS; ++c) {                                                      \
+                                    const int8_t * y = ys[c][i].qs + 64 * j + 32 * (h0 + h) + 4 * q;                  \
+                                    a[h][c] = DOT4(a[h][c], w[h][q], _mm512_set1_epi32(load_i32(y)));                 \
+                                }                                                                                     \
+                            }                                                                                         \
+                        }                                                                                             \
+                        for (int h = 0; h < H; ++h) {                                                                 \
+                            for (int c = 0; c < COLS; ++c) {                                                          \
+                                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo)); \
+                            }                                                                                         \
+                        }                                                                                             \
                     }                                                                                                 \
                 }                                                                                                     \
                 const __m512 xd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec + k_d_at))); \
@@ -245,24 +260,35 @@ __attribute__((target("avx2,fma,f16c"))) void group_avx2(const uint8_t * group, 
                 prefetch_ahead(rec, j);
                 const __m256i s_lo = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);
                 const __m256i s_hi = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);
-                __m256i       lo[8], hi[8];
-                for (int q = 0; q < 8; ++q) {
-                    const __m256i bits = half_at(rec, size_t(8 * j + q) * 64, half);
-                    lo[q] = _mm256_and_si256(bits, m4);
-                    hi[q] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-                }
-                for (int c = 0; c < COLS; ++c) {
-                    const int8_t * y = ys[c][i].qs + 64 * j;
-                    __m256i        a_lo = _mm256_setzero_si256(), a_hi = _mm256_setzero_si256();
+                constexpr int H = COLS <= 4 ? 2 : 1;  // as in the AVX512 kernels
+                for (int h0 = 0; h0 < 2; h0 += H) {
+                    __m256i w[H][8];
                     for (int q = 0; q < 8; ++q) {
-                        a_lo = _mm256_add_epi32(
-                            a_lo, _mm256_madd_epi16(_mm256_maddubs_epi16(lo[q], _mm256_set1_epi32(load_i32(y + 4 * q))), ones));
-                        a_hi = _mm256_add_epi32(
-                            a_hi,
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(hi[q], _mm256_set1_epi32(load_i32(y + 32 + 4 * q))), ones));
+                        const __m256i bits = half_at(rec, size_t(8 * j + q) * 64, half);
+                        for (int h = 0; h < H; ++h) {
+                            w[h][q] = _mm256_and_si256(h0 + h ? _mm256_srli_epi16(bits, 4) : bits, m4);
+                        }
                     }
-                    isum[c] = _mm256_add_epi32(isum[c],
-                                               _mm256_add_epi32(_mm256_mullo_epi32(a_lo, s_lo), _mm256_mullo_epi32(a_hi, s_hi)));
+                    __m256i a[H][COLS];
+                    for (int h = 0; h < H; ++h) {
+                        for (int c = 0; c < COLS; ++c) {
+                            a[h][c] = _mm256_setzero_si256();
+                        }
+                    }
+                    for (int q = 0; q < 8; ++q) {
+                        for (int h = 0; h < H; ++h) {
+                            for (int c = 0; c < COLS; ++c) {
+                                const int8_t * y = ys[c][i].qs + 64 * j + 32 * (h0 + h) + 4 * q;
+                                a[h][c] = _mm256_add_epi32(
+                                    a[h][c], _mm256_madd_epi16(_mm256_maddubs_epi16(w[h][q], _mm256_set1_epi32(load_i32(y))), ones));
+                            }
+                        }
+                    }
+                    for (int h = 0; h < H; ++h) {
+                        for (int c = 0; c < COLS; ++c) {
+                            isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));
+                        }
+                    }
                 }
             }
             const __m256 xd =
