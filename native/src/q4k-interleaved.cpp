@@ -7,6 +7,7 @@
 #include "model-loader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -321,13 +322,15 @@ const group_kernel k_avx2_kernels[k_group_columns] = QT_Q4K_GROUP_TABLE(group_av
 const group_kernel k_512_kernels[k_group_columns] = QT_Q4K_GROUP_TABLE(group_512);
 const group_kernel k_512_vnni_kernels[k_group_columns] = QT_Q4K_GROUP_TABLE(group_512_vnni);
 
-// The kernels for graphs built now: AVX512 where active (VNNI where the ggml variant has it), else
+std::atomic<bool> g_avoid_vnni{ false };
+
+// The kernels for products run now: AVX512 where active (VNNI where the ggml variant has it), else
 // AVX2, which every machine that interleaved its weights has (cpu_kernels_force() lowers the
 // others' kernels, not below what interleaved weights need).
 const group_kernel * active_kernels() {
     if (cpu_kernels_active() == cpu_kernels::avx512) {
         static const bool vnni = cpu_backend_loaded().features.find("AVX512_VNNI") != std::string::npos;
-        return vnni ? k_512_vnni_kernels : k_512_kernels;
+        return vnni && !g_avoid_vnni.load(std::memory_order_relaxed) ? k_512_vnni_kernels : k_512_kernels;
     }
     return k_avx2_kernels;
 }
@@ -429,6 +432,8 @@ __attribute__((target("avx2,fma,f16c"))) void quantize_q8_k(const float * x, voi
     }
 }
 
+void interleaved_q4k_avoid_vnni(bool avoid) { g_avoid_vnni.store(avoid, std::memory_order_relaxed); }
+
 #else
 
 // Nothing is interleaved where q4k_interleave_supported() is false.
@@ -437,6 +442,8 @@ void interleaved_q4k_product(const ggml_tensor *, const char *, size_t, ggml_ten
 }
 
 void quantize_q8_k(const float *, void *, int64_t) { GGML_ABORT("q8_K columns on a CPU without the kernels"); }
+
+void interleaved_q4k_avoid_vnni(bool) {}
 
 #endif  // QT_Q4K_X86
 

@@ -59,6 +59,10 @@ void interleave_q4k(const void * rows, void * out, int64_t n_rows, int64_t k);
 void interleaved_q4k_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith,
                              int nth);
 
+// For tests and measurements: the AVX512 kernels without VNNI even where the CPU has it
+// (process-wide), so that both AVX512 forms run on one machine.
+void interleaved_q4k_avoid_vnni(bool avoid);
+
 // A column of k floats (k % 256 == 0) in q8_K, the interleaved kernels' column type: the same
 // bits as ggml's quantize_row_q8_K.
 void quantize_q8_k(const float * x, void * out_blocks, int64_t k);

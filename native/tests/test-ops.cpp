@@ -605,8 +605,12 @@ void test_interleaved_q4k(const qt::cpu_backend & backend) {
         int64_t K, N, B;
     };
     std::vector<std::vector<float>> first_level;
-    for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
-        qt::cpu_kernels_force(qt::cpu_kernels(level));
+    // the levels, then AVX512 once more without VNNI (the same kernels where the CPU lacks it)
+    const int best = int(qt::cpu_kernels_best());
+    for (int level = 0; level <= best + (best == int(qt::cpu_kernels::avx512) ? 1 : 0); ++level) {
+        const bool avoid_vnni = level > best;
+        qt::cpu_kernels_force(qt::cpu_kernels(std::min(level, best)));
+        qt::interleaved_q4k_avoid_vnni(avoid_vnni);
         size_t n_case = 0;
         for (shape sh : { shape{ 256, 16, 1 }, shape{ 512, 48, 3 }, shape{ 1024, 80, 8 }, shape{ 768, 32, 9 },
                           shape{ 256, 64, 16 }, shape{ 512, 16, 4 }, shape{ 256, 32, 45 } }) {
@@ -646,8 +650,9 @@ void test_interleaved_q4k(const qt::cpu_backend & backend) {
             const size_t             n = size_t(sh.N * sh.B);
 
             char what[96];
-            snprintf(what, sizeof(what), "interleaved q4_K K %lld N %lld B %lld (%s kernels)", (long long) sh.K,
-                     (long long) sh.N, (long long) sh.B, qt::cpu_kernels_name(qt::cpu_kernels(level)));
+            snprintf(what, sizeof(what), "interleaved q4_K K %lld N %lld B %lld (%s kernels%s)", (long long) sh.K,
+                     (long long) sh.N, (long long) sh.B, qt::cpu_kernels_name(qt::cpu_kernels(std::min(level, best))),
+                     avoid_vnni ? ", no VNNI" : "");
             check(std::equal(got.begin(), got.begin() + n, got.begin() + n), "%s: the same bits as each column alone",
                   what);
             const size_t         q8k_bytes = ggml_row_size(GGML_TYPE_Q8_K, sh.K);
@@ -681,6 +686,7 @@ void test_interleaved_q4k(const qt::cpu_backend & backend) {
             ++n_case;
         }
     }
+    qt::interleaved_q4k_avoid_vnni(false);
     qt::cpu_kernels_unforce();
 }
 
