@@ -153,7 +153,7 @@ void code_predictor::load(model_loader & ml, const talker & model) {
 
     const int64_t H = hp_.hidden;
     const int64_t Ht = hp_.talker_hidden;
-    interleaved_ = interleaved_q4k_weights();
+    interleaved_ = interleaved_weights();
     layers_ = load_qwen3_layers(ml, "cp.", hp_, interleaved_);
     output_norm_ = ml.require("cp.output_norm.weight", { H });
     heads_.clear();

@@ -83,7 +83,7 @@ private:
     ggml_tensor *              in_proj_w_ = nullptr;  // (talker_hidden, hidden), or null (identity)
     ggml_tensor *              in_proj_b_ = nullptr;
     table_rows                 talker_codec_embd_;  // C: (talker_hidden, talker_vocab)
-    interleaved_q4k_weights    interleaved_;        // q4_K matrices above, on x86 CPUs
+    interleaved_weights    interleaved_;        // q4_K matrices above, on x86 CPUs
 };
 
 // What the code predictor needs of one request's frame, and where its codes go.

@@ -15,7 +15,7 @@
 // ahead of use, which ggml's vec_dot does not, and a lone column's sums stay in registers. A
 // decoding step is largely a wait on the weights' memory, so these run the single steps faster
 // than ggml_mul_mat with the same bits. q4_K matrices are interleaved at load on x86
-// (q4k-interleaved.h) and take that file's kernels, for any number of columns (a prefill's too),
+// (interleaved-rows.h) and take that file's kernels, for any number of columns (a prefill's too),
 // in a fixed order of their own.
 #pragma once
 

@@ -29,7 +29,7 @@ qwen3_hparams read_qwen3_hparams(const model_loader & ml, const std::string & ke
 namespace {
 
 qwen3_layer load_layer(model_loader & ml, const std::string & p, const qwen3_hparams & hp,
-                       interleaved_q4k_weights & interleaved) {
+                       interleaved_weights & interleaved) {
     const int64_t H = hp.hidden;
     const int64_t q_dim = int64_t(hp.heads) * hp.head_dim;
     const int64_t kv_dim = int64_t(hp.kv_heads) * hp.head_dim;
@@ -54,7 +54,7 @@ qwen3_layer load_layer(model_loader & ml, const std::string & p, const qwen3_hpa
 } // namespace
 
 std::vector<qwen3_layer> load_qwen3_layers(model_loader & ml, const std::string & tensor_prefix,
-                                           const qwen3_hparams & hp, interleaved_q4k_weights & interleaved) {
+                                           const qwen3_hparams & hp, interleaved_weights & interleaved) {
     std::vector<qwen3_layer> layers;
     layers.reserve(size_t(hp.layers));
     for (int i = 0; i < hp.layers; ++i) {

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "model-loader.h"
-#include "q4k-interleaved.h"
+#include "interleaved-rows.h"
 
 #include <cstddef>
 #include <string>
@@ -47,7 +47,7 @@ qwen3_hparams read_qwen3_hparams(const model_loader & loader, const std::string 
 // "cp."), each checked against the shape the hyperparameters give; the matrices `interleaved`
 // takes are its stand-ins (commit it after loading).
 std::vector<qwen3_layer> load_qwen3_layers(model_loader & loader, const std::string & tensor_prefix,
-                                           const qwen3_hparams & hp, interleaved_q4k_weights & interleaved);
+                                           const qwen3_hparams & hp, interleaved_weights & interleaved);
 
 // Bytes of the layers' weights: what one pass over the stack reads.
 size_t qwen3_layers_bytes(const std::vector<qwen3_layer> & layers);

@@ -37,7 +37,7 @@ void talker::load(model_loader & ml) {
     hp_.text_vocab = ml.get_size(QT_KEY_TALKER_TEXT_VOCAB);
 
     const int64_t H = hp_.hidden;
-    interleaved_ = interleaved_q4k_weights();
+    interleaved_ = interleaved_weights();
     layers_ = load_qwen3_layers(ml, "talker.", hp_, interleaved_);
     output_norm_ = ml.require("talker.output_norm.weight", { H });
     codec_embd_ = ml.require_table("talker.codec_embd.weight", { H, hp_.vocab });
@@ -98,9 +98,11 @@ std::vector<float> talker::codec_embed(const compute_backend & backend, const in
 // mat_vecs() streams once for all the sequences; the packed GEMM of dense() pays off over the
 // many positions of a prefill, for the weight types it packs. Other types (q4_K) would go to
 // ggml_mul_mat, which unpacks each weight block once per position: mat_vecs() unpacks it once for
-// all of them (and interleaved q4_K matrices take no other path).
+// all of them. Interleaved matrices (q4_K and q8_0 on x86) take no other path; their integer dots
+// outrun the packed f32 GEMM there too.
 ggml_tensor * talker::linear(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool prefill) const {
-    const bool packed = w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_Q8_0;
+    const bool packed = !is_interleaved(w) &&
+                        (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_Q8_0);
     return prefill && packed ? dense(ctx, w, x) : mat_vecs(ctx, w, x);
 }
 

@@ -88,7 +88,7 @@ private:
     ggml_tensor *      text_proj2_w_ = nullptr;
     ggml_tensor *      text_proj2_b_ = nullptr;
     ggml_tensor *      codec_head_ = nullptr;  // (hidden, vocab)
-    interleaved_q4k_weights interleaved_;     // q4_K matrices above, on x86 CPUs
+    interleaved_weights interleaved_;     // q4_K matrices above, on x86 CPUs
 };
 
 // The decoding state of one request, or of several decoded side by side: a KV cache with room

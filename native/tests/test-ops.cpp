@@ -4,7 +4,7 @@
 #include "graph.h"
 #include "log.h"
 #include "mat-vecs.h"
-#include "q4k-interleaved.h"
+#include "interleaved-rows.h"
 #include "table-rows.h"
 #include "test-check.h"
 #include "winograd.h"
@@ -534,7 +534,7 @@ std::vector<float> q8k_edge_columns(int64_t K) {
 // The interleaved kernels' own q8_K conversion: the same bits as ggml's (zeroed sums for a block
 // of zeros, which the reference leaves as they were).
 void test_q8k_conversion() {
-    if (!qt::q4k_interleave_supported()) {
+    if (!qt::interleave_supported(GGML_TYPE_Q4_K)) {
         return;
     }
     constexpr int64_t K = 512;
@@ -553,7 +553,7 @@ void test_q8k_conversion() {
 }
 
 // A row of stored q4_K blocks dotted with a q8_K column in the interleaved kernels' order: per
-// block the exact integer sums, then one fused multiply-add each (q4k-interleaved.h).
+// block the exact integer sums, then one fused multiply-add each (interleaved-rows.h).
 float q4k_dot_in_kernel_order(const uint8_t * row, const uint8_t * column, int64_t nb) {
     float acc = 0.0f, acc_mins = 0.0f;
     for (int64_t i = 0; i < nb; ++i) {
@@ -591,16 +591,36 @@ float q4k_dot_in_kernel_order(const uint8_t * row, const uint8_t * column, int64
     return acc - acc_mins;
 }
 
-// mat_vecs() on interleaved q4_K weights, on every kernel path (AVX2 below a forced generic
+// A row of stored q8_0 blocks dotted with a q8_0 column in the interleaved kernels' order: per
+// block the exact integer sum, then one fused multiply-add.
+float q8_0_dot_in_kernel_order(const uint8_t * row, const uint8_t * column, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; ++i) {
+        const uint8_t * b = row + i * 34;  // d (f16), 32 values
+        const uint8_t * y = column + i * 34;
+        int32_t         isum = 0;
+        for (int l = 0; l < 32; ++l) {
+            isum += int32_t(int8_t(b[2 + l])) * int32_t(int8_t(y[2 + l]));
+        }
+        uint16_t d16, yd16;
+        memcpy(&d16, b, 2);
+        memcpy(&yd16, y, 2);
+        acc = std::fma(ggml_fp16_to_fp32(d16) * ggml_fp16_to_fp32(yd16), float(isum), acc);
+    }
+    return acc;
+}
+
+// mat_vecs() on interleaved q4_K or q8_0 weights, on every kernel path (AVX2 below a forced generic
 // level: interleaved rows have no other): bit for bit the kernel order above, every column the same
 // bits as that column alone, the same bits on AVX2 and AVX512, and within rounding of
 // ggml_mul_mat on the rows as stored. Shapes: one and several 16-row groups split between the
 // threads, every group width of columns and more, a prefill's many columns, edge-case columns.
-void test_interleaved_q4k(const qt::cpu_backend & backend) {
-    if (!qt::q4k_interleave_supported()) {
-        printf("interleaved q4_K: not on this CPU\n");
+void test_interleaved(const qt::cpu_backend & backend, ggml_type type) {
+    if (!qt::interleave_supported(type)) {
+        printf("interleaved %s: not on this CPU\n", ggml_type_name(type));
         return;
     }
+    const ggml_type dot_type = type == GGML_TYPE_Q4_K ? GGML_TYPE_Q8_K : GGML_TYPE_Q8_0;
     struct shape {
         int64_t K, N, B;
     };
@@ -610,10 +630,14 @@ void test_interleaved_q4k(const qt::cpu_backend & backend) {
     for (int level = 0; level <= best + (best == int(qt::cpu_kernels::avx512) ? 1 : 0); ++level) {
         const bool avoid_vnni = level > best;
         qt::cpu_kernels_force(qt::cpu_kernels(std::min(level, best)));
-        qt::interleaved_q4k_avoid_vnni(avoid_vnni);
+        qt::interleaved_avoid_vnni(avoid_vnni);
         size_t n_case = 0;
         for (shape sh : { shape{ 256, 16, 1 }, shape{ 512, 48, 3 }, shape{ 1024, 80, 8 }, shape{ 768, 32, 9 },
-                          shape{ 256, 64, 16 }, shape{ 512, 16, 4 }, shape{ 256, 32, 45 } }) {
+                          shape{ 256, 64, 16 }, shape{ 512, 16, 4 }, shape{ 256, 32, 45 }, shape{ 64, 32, 2 },
+                          shape{ 192, 16, 5 } }) {
+            if (sh.K % (type == GGML_TYPE_Q4_K ? 256 : 64) != 0) {
+                continue;
+            }
             std::mt19937 rng(uint32_t(sh.K + sh.N * 7 + sh.B * 13));
             const auto   w = random_vector(size_t(sh.K * sh.N), rng);
             std::vector<float> x = random_vector(size_t((sh.K + 8) * sh.B), rng);  // columns 8 floats apart
@@ -623,16 +647,16 @@ void test_interleaved_q4k(const qt::cpu_backend & backend) {
                     std::copy_n(edges.data() + c * sh.K, sh.K, x.data() + c * (sh.K + 8));
                 }
             }
-            const std::vector<uint8_t> stored = quantized(GGML_TYPE_Q4_K, w, sh.K, sh.N);
+            const std::vector<uint8_t> stored = quantized(type, w, sh.K, sh.N);
             std::vector<uint8_t>       interleaved(stored.size());
-            qt::interleave_q4k(stored.data(), interleaved.data(), sh.N, sh.K);
+            qt::interleave_rows(type, stored.data(), interleaved.data(), sh.N, sh.K);
 
             qt::stage_dumper no_dump;
             qt::graph_run    run(backend, no_dump, 64 + 4 * size_t(sh.B));
             ggml_context *   ctx = run.ctx();
-            const std::string name = std::string("w") + qt::k_interleaved_q4k_suffix;
-            ggml_tensor *    wi = run.input(name.c_str(), GGML_TYPE_Q4_K, interleaved.data(), { sh.K, sh.N });
-            ggml_tensor *    ws = run.input("w_stored", GGML_TYPE_Q4_K, stored.data(), { sh.K, sh.N });
+            const std::string name = std::string("w") + qt::k_interleaved_suffix;
+            ggml_tensor *    wi = run.input(name.c_str(), type, interleaved.data(), { sh.K, sh.N });
+            ggml_tensor *    ws = run.input("w_stored", type, stored.data(), { sh.K, sh.N });
             ggml_tensor *    xt = run.input_f32("x", x.data(), { sh.K + 8, sh.B });
             ggml_tensor *    all = qt::mat_vecs(ctx, wi, ggml_view_2d(ctx, xt, sh.K, sh.B, xt->nb[1], 0));
             ggml_tensor *    alone = nullptr;
@@ -650,24 +674,30 @@ void test_interleaved_q4k(const qt::cpu_backend & backend) {
             const size_t             n = size_t(sh.N * sh.B);
 
             char what[96];
-            snprintf(what, sizeof(what), "interleaved q4_K K %lld N %lld B %lld (%s kernels%s)", (long long) sh.K,
+            snprintf(what, sizeof(what), "interleaved %s K %lld N %lld B %lld (%s kernels%s)", ggml_type_name(type),
+                     (long long) sh.K,
                      (long long) sh.N, (long long) sh.B, qt::cpu_kernels_name(qt::cpu_kernels(std::min(level, best))),
                      avoid_vnni ? ", no VNNI" : "");
             check(std::equal(got.begin(), got.begin() + n, got.begin() + n), "%s: the same bits as each column alone",
                   what);
-            const size_t         q8k_bytes = ggml_row_size(GGML_TYPE_Q8_K, sh.K);
-            std::vector<uint8_t> column(q8k_bytes);
+            std::vector<uint8_t> column(ggml_row_size(dot_type, sh.K));
+            const ggml_type_traits_cpu * to_dot = qt::cpu_backend_loaded().type_traits(dot_type);
             bool                 in_order = true;
             double               worst = 0.0;
             for (int64_t c = 0; c < sh.B; ++c) {
-                qt::quantize_q8_k(x.data() + c * (sh.K + 8), column.data(), sh.K);
+                if (type == GGML_TYPE_Q4_K) {
+                    qt::quantize_q8_k(x.data() + c * (sh.K + 8), column.data(), sh.K);
+                } else {
+                    to_dot->from_float(x.data() + c * (sh.K + 8), column.data(), sh.K);
+                }
                 double scale = 1e-30;  // the column's largest output: sums in another order differ by its rounding
                 for (int64_t r = 0; r < sh.N; ++r) {
                     scale = std::max(scale, std::fabs(double(got[2 * n + size_t(c * sh.N + r)])));
                 }
                 for (int64_t r = 0; r < sh.N; ++r) {
-                    const float want = q4k_dot_in_kernel_order(stored.data() + size_t(r) * ggml_row_size(GGML_TYPE_Q4_K, sh.K),
-                                                               column.data(), sh.K / 256);
+                    const uint8_t * row = stored.data() + size_t(r) * ggml_row_size(type, sh.K);
+                    const float     want = type == GGML_TYPE_Q4_K ? q4k_dot_in_kernel_order(row, column.data(), sh.K / 256)
+                                                                  : q8_0_dot_in_kernel_order(row, column.data(), sh.K / 32);
                     const float mine = got[size_t(c * sh.N + r)];
                     in_order = in_order && mine == want;
                     const float ggml = got[2 * n + size_t(c * sh.N + r)];
@@ -686,7 +716,7 @@ void test_interleaved_q4k(const qt::cpu_backend & backend) {
             ++n_case;
         }
     }
-    qt::interleaved_q4k_avoid_vnni(false);
+    qt::interleaved_avoid_vnni(false);
     qt::cpu_kernels_unforce();
 }
 
@@ -976,7 +1006,8 @@ int main() {
         test_packed_dense(backend);
         test_mat_vecs(backend);
         test_q8k_conversion();
-        test_interleaved_q4k(backend);
+        test_interleaved(backend, GGML_TYPE_Q4_K);
+        test_interleaved(backend, GGML_TYPE_Q8_0);
 #if defined(__linux__)
         test_table_rows(backend);
 #endif

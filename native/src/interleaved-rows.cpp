@@ -1,4 +1,4 @@
-#include "q4k-interleaved.h"
+#include "interleaved-rows.h"
 
 #include "backend-loader.h"
 #include "cpu-ops.h"
@@ -13,7 +13,7 @@
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #    include <immintrin.h>
-#    define QT_Q4K_X86 1
+#    define QT_INTERLEAVED_X86 1
 #    if !defined(__clang__)
 // GCC 12's AVX512 intrinsics pass an undefined vector (a self-initialised variable) as the unused
 // merge operand, which -Wmaybe-uninitialized and -Wuninitialized report at every use.
@@ -26,8 +26,8 @@ namespace qt {
 
 namespace {
 
-// ggml's q4_K block (ggml-common.h, which ggml does not install), checked against ggml's size in
-// q4k_interleave_supported().
+// ggml's q4_K and q8_0 blocks (ggml-common.h, which ggml does not install), checked against
+// ggml's sizes in interleave_supported() (q8_K's below).
 constexpr int k_qk = 256;
 struct block_q4_k {
     uint16_t d, dmin;     // f16
@@ -35,6 +35,12 @@ struct block_q4_k {
     uint8_t  qs[k_qk / 2];
 };
 static_assert(sizeof(block_q4_k) == 144, "ggml's block layout");
+constexpr int k_q8_0 = 32;
+struct block_q8_0 {
+    uint16_t d;  // f16
+    int8_t   qs[k_q8_0];
+};
+static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
 
 // One interleaved record: a block of 16 rows.
 constexpr size_t k_rows = size_t(k_interleaved_rows);
@@ -45,12 +51,23 @@ constexpr size_t k_dmin_at = k_d_at + k_rows * 2;
 constexpr size_t k_record_bytes = k_dmin_at + k_rows * 2;
 static_assert(k_record_bytes == k_rows * sizeof(block_q4_k), "a record is its rows' blocks, rearranged");
 
+// One q8_0 record: two blocks of 16 rows (64-byte aligned where one block would not be).
+constexpr size_t k_q8_blocks = 2;
+constexpr size_t k_q8_qs_bytes = k_q8_blocks * 8 * k_rows * 4;  // [b][q][row][4]
+constexpr size_t k_q8_d_at = k_q8_qs_bytes;                     // [b][row] f16
+constexpr size_t k_q8_record_bytes = k_q8_d_at + k_q8_blocks * k_rows * 2;
+static_assert(k_q8_record_bytes == k_q8_blocks * k_rows * sizeof(block_q8_0) && k_q8_record_bytes % 64 == 0,
+              "a record is its rows' blocks, rearranged, and vectors stay aligned");
+
 } // namespace
 
-bool is_interleaved_q4k(const ggml_tensor * w) {
-    const size_t n = strlen(w->name), s = strlen(k_interleaved_q4k_suffix);
-    return w->type == GGML_TYPE_Q4_K && n >= s && strcmp(w->name + n - s, k_interleaved_q4k_suffix) == 0;
+bool is_interleaved(const ggml_tensor * w) {
+    const size_t n = strlen(w->name), s = strlen(k_interleaved_suffix);
+    return (w->type == GGML_TYPE_Q4_K || w->type == GGML_TYPE_Q8_0) && n >= s &&
+           strcmp(w->name + n - s, k_interleaved_suffix) == 0;
 }
+
+namespace {
 
 void interleave_q4k(const void * rows, void * out, int64_t n_rows, int64_t k) {
     const int64_t nb = k / k_qk;
@@ -74,7 +91,41 @@ void interleave_q4k(const void * rows, void * out, int64_t n_rows, int64_t k) {
     }
 }
 
-#ifdef QT_Q4K_X86
+void interleave_q8_0(const void * rows, void * out, int64_t n_rows, int64_t k) {
+    const int64_t nb = k / k_q8_0;
+    const int64_t n_records = nb / int64_t(k_q8_blocks);
+    const auto *  in = static_cast<const block_q8_0 *>(rows);
+    auto *        dst = static_cast<uint8_t *>(out);
+    for (int64_t g = 0; g < n_rows / int64_t(k_rows); ++g) {
+        for (int64_t i = 0; i < n_records; ++i) {
+            uint8_t * rec = dst + size_t(g * n_records + i) * k_q8_record_bytes;
+            for (size_t r = 0; r < k_rows; ++r) {
+                for (size_t b = 0; b < k_q8_blocks; ++b) {
+                    const block_q8_0 & x = in[(size_t(g) * k_rows + r) * size_t(nb) + size_t(i) * k_q8_blocks + b];
+                    for (size_t q = 0; q < 8; ++q) {
+                        memcpy(rec + ((b * 8 + q) * k_rows + r) * 4, x.qs + 4 * q, 4);
+                    }
+                    memcpy(rec + k_q8_d_at + (b * k_rows + r) * 2, &x.d, 2);
+                }
+            }
+        }
+    }
+}
+
+} // namespace
+
+void interleave_rows(ggml_type type, const void * rows, void * out, int64_t n_rows, int64_t k) {
+    GGML_ASSERT(n_rows % k_interleaved_rows == 0);
+    if (type == GGML_TYPE_Q4_K) {
+        GGML_ASSERT(k % k_qk == 0);
+        interleave_q4k(rows, out, n_rows, k);
+    } else {
+        GGML_ASSERT(type == GGML_TYPE_Q8_0 && k % (k_q8_0 * int64_t(k_q8_blocks)) == 0);
+        interleave_q8_0(rows, out, n_rows, k);
+    }
+}
+
+#ifdef QT_INTERLEAVED_X86
 
 namespace {
 
@@ -313,26 +364,137 @@ __attribute__((target("avx2,fma,f16c"))) void group_avx2(const uint8_t * group, 
     }
 }
 
+// The q8_0 kernels' output for one group of 16 rows and COLS columns: out[c][0..15]. ys[c]: the
+// column's q8_0 blocks; yd[c * nb + i], ysum[c * nb + i]: block i's scale as f32 and the sum of
+// its 32 values. The VNNI form dots the weights plus 128 (unsigned, as vpdpbusd takes them) and
+// takes 128 times the column's sum back off; the same integers as the AVX2 form's.
+template <int COLS>
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) void q8_group_512_vnni(
+    const uint8_t * group, int nb, const block_q8_0 * const * ys, const float * yd, const int32_t * ysum,
+    float * const * out) {
+    __m512 acc[COLS];
+    for (int c = 0; c < COLS; ++c) {
+        acc[c] = _mm512_setzero_ps();
+    }
+    const __m512i bias = _mm512_set1_epi8(int8_t(0x80));
+    for (int r = 0; r < nb / int(k_q8_blocks); ++r) {
+        const uint8_t * rec = group + size_t(r) * k_q8_record_bytes;
+        for (size_t line = 0; line < k_q8_record_bytes / 64; ++line) {
+            _mm_prefetch(reinterpret_cast<const char *>(rec) + k_prefetch_bytes + line * 64, _MM_HINT_T0);
+        }
+        for (int b = 0; b < int(k_q8_blocks); ++b) {
+            const int i = r * int(k_q8_blocks) + b;
+            __m512i   w[8];
+            for (int q = 0; q < 8; ++q) {
+                w[q] = _mm512_xor_si512(_mm512_load_si512(rec + size_t(b * 8 + q) * 64), bias);
+            }
+            __m512i a[COLS];
+            for (int c = 0; c < COLS; ++c) {
+                a[c] = _mm512_setzero_si512();
+            }
+            for (int q = 0; q < 8; ++q) {
+                for (int c = 0; c < COLS; ++c) {
+                    a[c] = _mm512_dpbusd_epi32(a[c], w[q], _mm512_set1_epi32(load_i32(ys[c][i].qs + 4 * q)));
+                }
+            }
+            const __m512 xd =
+                _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(rec + k_q8_d_at + size_t(b) * 32)));
+            for (int c = 0; c < COLS; ++c) {
+                const size_t  at = size_t(c) * size_t(nb) + size_t(i);
+                const __m512i isum = _mm512_sub_epi32(a[c], _mm512_set1_epi32(128 * ysum[at]));
+                acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(xd, _mm512_set1_ps(yd[at])), _mm512_cvtepi32_ps(isum), acc[c]);
+            }
+        }
+    }
+    for (int c = 0; c < COLS; ++c) {
+        _mm512_storeu_ps(out[c], acc[c]);
+    }
+}
+
+// The same with 256-bit vectors, rows 0-7 then 8-15, and signed bytes: |w| dotted with y carrying
+// w's sign (vpmaddubsw takes one unsigned operand; q8_0 values lie in [-127, 127], so the 16-bit
+// pair sums cannot saturate).
+template <int COLS>
+__attribute__((target("avx2,fma,f16c"))) void q8_group_avx2(const uint8_t * group, int nb, const block_q8_0 * const * ys,
+                                                             const float * yd, const int32_t *, float * const * out) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int half = 0; half < 2; ++half) {
+        __m256 acc[COLS];
+        for (int c = 0; c < COLS; ++c) {
+            acc[c] = _mm256_setzero_ps();
+        }
+        for (int r = 0; r < nb / int(k_q8_blocks); ++r) {
+            const uint8_t * rec = group + size_t(r) * k_q8_record_bytes;
+            if (half == 0) {
+                for (size_t line = 0; line < k_q8_record_bytes / 64; ++line) {
+                    _mm_prefetch(reinterpret_cast<const char *>(rec) + k_prefetch_bytes + line * 64, _MM_HINT_T0);
+                }
+            }
+            for (int b = 0; b < int(k_q8_blocks); ++b) {
+                const int i = r * int(k_q8_blocks) + b;
+                __m256i   w[8], aw[8];
+                for (int q = 0; q < 8; ++q) {
+                    w[q] = half_at(rec, size_t(b * 8 + q) * 64, half);
+                    aw[q] = _mm256_sign_epi8(w[q], w[q]);
+                }
+                __m256i a[COLS];
+                for (int c = 0; c < COLS; ++c) {
+                    a[c] = _mm256_setzero_si256();
+                }
+                for (int q = 0; q < 8; ++q) {
+                    for (int c = 0; c < COLS; ++c) {
+                        const __m256i y = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(ys[c][i].qs + 4 * q)), w[q]);
+                        a[c] = _mm256_add_epi32(a[c], _mm256_madd_epi16(_mm256_maddubs_epi16(aw[q], y), ones));
+                    }
+                }
+                const __m256 xd = _mm256_cvtph_ps(
+                    _mm_load_si128(reinterpret_cast<const __m128i *>(rec + k_q8_d_at + size_t(b) * 32 + 16 * size_t(half))));
+                for (int c = 0; c < COLS; ++c) {
+                    const size_t at = size_t(c) * size_t(nb) + size_t(i);
+                    acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, _mm256_set1_ps(yd[at])), _mm256_cvtepi32_ps(a[c]), acc[c]);
+                }
+            }
+        }
+        for (int c = 0; c < COLS; ++c) {
+            _mm256_storeu_ps(out[c] + 8 * half, acc[c]);
+        }
+    }
+}
+
+using q8_group_kernel = void (*)(const uint8_t *, int, const block_q8_0 * const *, const float *, const int32_t *,
+                                 float * const *);
+
 using group_kernel = void (*)(const uint8_t *, int, const block_q8_k * const *, const int32_t *, float * const *);
 
-#    define QT_Q4K_GROUP_TABLE(KERNEL)                                                                                \
+#    define QT_GROUP_TABLE(KERNEL)                                                                                \
         { KERNEL<1>, KERNEL<2>, KERNEL<3>, KERNEL<4>, KERNEL<5>, KERNEL<6>, KERNEL<7>, KERNEL<8> }
 
-const group_kernel k_avx2_kernels[k_group_columns] = QT_Q4K_GROUP_TABLE(group_avx2);
-const group_kernel k_512_kernels[k_group_columns] = QT_Q4K_GROUP_TABLE(group_512);
-const group_kernel k_512_vnni_kernels[k_group_columns] = QT_Q4K_GROUP_TABLE(group_512_vnni);
+const group_kernel k_avx2_kernels[k_group_columns] = QT_GROUP_TABLE(group_avx2);
+const group_kernel k_512_kernels[k_group_columns] = QT_GROUP_TABLE(group_512);
+const group_kernel k_512_vnni_kernels[k_group_columns] = QT_GROUP_TABLE(group_512_vnni);
+const q8_group_kernel k_q8_avx2_kernels[k_group_columns] = QT_GROUP_TABLE(q8_group_avx2);
+const q8_group_kernel k_q8_512_vnni_kernels[k_group_columns] = QT_GROUP_TABLE(q8_group_512_vnni);
 
 std::atomic<bool> g_avoid_vnni{ false };
 
 // The kernels for products run now: AVX512 where active (VNNI where the ggml variant has it), else
 // AVX2, which every machine that interleaved its weights has (cpu_kernels_force() lowers the
 // others' kernels, not below what interleaved weights need).
+bool use_vnni() {
+    static const bool vnni = cpu_backend_loaded().features.find("AVX512_VNNI") != std::string::npos;
+    return vnni && !g_avoid_vnni.load(std::memory_order_relaxed);
+}
+
 const group_kernel * active_kernels() {
     if (cpu_kernels_active() == cpu_kernels::avx512) {
-        static const bool vnni = cpu_backend_loaded().features.find("AVX512_VNNI") != std::string::npos;
-        return vnni && !g_avoid_vnni.load(std::memory_order_relaxed) ? k_512_vnni_kernels : k_512_kernels;
+        return use_vnni() ? k_512_vnni_kernels : k_512_kernels;
     }
     return k_avx2_kernels;
+}
+
+// q8_0 has no AVX512 kernel without VNNI: the AVX2 one serves there.
+const q8_group_kernel * active_q8_kernels() {
+    return cpu_kernels_active() == cpu_kernels::avx512 && use_vnni() ? k_q8_512_vnni_kernels : k_q8_avx2_kernels;
 }
 
 // A column's block's eight 32-value sums as four words of two 16-bit halves: sums 2p and 2p + 1
@@ -347,8 +509,48 @@ void sums_of_32(const block_q8_k & y, int32_t * words) {
 
 } // namespace
 
-void interleaved_q4k_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith,
-                             int nth) {
+namespace {
+
+void q8_0_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith, int nth) {
+    const int     nb = int(w->ne[0] / k_q8_0);
+    const int     cols = int(dst->ne[1]);
+    const int64_t groups = w->ne[1] / int64_t(k_rows);
+    thread_local std::vector<const block_q8_0 *> ys;
+    thread_local std::vector<float>              yd;
+    thread_local std::vector<int32_t>            ysum;
+    ys.resize(size_t(cols));
+    yd.resize(size_t(cols) * size_t(nb));
+    ysum.resize(size_t(cols) * size_t(nb));
+    for (int c = 0; c < cols; ++c) {
+        ys[size_t(c)] = reinterpret_cast<const block_q8_0 *>(xq + size_t(c) * xq_stride);
+        for (int i = 0; i < nb; ++i) {
+            const block_q8_0 & y = ys[size_t(c)][i];
+            int32_t            sum = 0;
+            for (int k = 0; k < k_q8_0; ++k) {
+                sum += y.qs[k];
+            }
+            yd[size_t(c) * size_t(nb) + size_t(i)] = ggml_fp16_to_fp32(y.d);
+            ysum[size_t(c) * size_t(nb) + size_t(i)] = sum;
+        }
+    }
+    const q8_group_kernel * kernels = active_q8_kernels();
+    const auto *            base = static_cast<const uint8_t *>(w->data);
+    for (int64_t g = groups * ith / nth; g < groups * (ith + 1) / nth; ++g) {
+        const uint8_t * group = base + size_t(g) * size_t(nb / int(k_q8_blocks)) * k_q8_record_bytes;
+        for (int c0 = 0; c0 < cols; c0 += k_group_columns) {
+            const int n = std::min(cols - c0, k_group_columns);
+            float *   out[k_group_columns];
+            for (int c = 0; c < n; ++c) {
+                out[c] = reinterpret_cast<float *>(static_cast<char *>(dst->data) + size_t(c0 + c) * dst->nb[1]) +
+                         g * int64_t(k_rows);
+            }
+            const size_t at = size_t(c0) * size_t(nb);
+            kernels[n - 1](group, nb, ys.data() + c0, yd.data() + at, ysum.data() + at, out);
+        }
+    }
+}
+
+void q4k_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith, int nth) {
     const int     nb = int(w->ne[0] / k_qk);
     const int     cols = int(dst->ne[1]);
     const int64_t groups = w->ne[1] / int64_t(k_rows);
@@ -376,6 +578,13 @@ void interleaved_q4k_product(const ggml_tensor * w, const char * xq, size_t xq_s
             kernels[n - 1](group, nb, ys.data() + c0, sums.data() + size_t(c0) * size_t(nb) * 4, out);
         }
     }
+}
+
+} // namespace
+
+void interleaved_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith,
+                         int nth) {
+    (w->type == GGML_TYPE_Q4_K ? q4k_product : q8_0_product)(w, xq, xq_stride, dst, ith, nth);
 }
 
 // ggml's quantize_row_q8_K (its x86 build runs the scalar reference) with AVX2, the same bits for
@@ -432,59 +641,68 @@ __attribute__((target("avx2,fma,f16c"))) void quantize_q8_k(const float * x, voi
     }
 }
 
-void interleaved_q4k_avoid_vnni(bool avoid) { g_avoid_vnni.store(avoid, std::memory_order_relaxed); }
+void interleaved_avoid_vnni(bool avoid) { g_avoid_vnni.store(avoid, std::memory_order_relaxed); }
 
 #else
 
 // Nothing is interleaved where q4k_interleave_supported() is false.
-void interleaved_q4k_product(const ggml_tensor *, const char *, size_t, ggml_tensor *, int, int) {
+void interleaved_product(const ggml_tensor *, const char *, size_t, ggml_tensor *, int, int) {
     GGML_ABORT("interleaved q4_K weights on a CPU without the kernels");
 }
 
 void quantize_q8_k(const float *, void *, int64_t) { GGML_ABORT("q8_K columns on a CPU without the kernels"); }
 
-void interleaved_q4k_avoid_vnni(bool) {}
+void interleaved_avoid_vnni(bool) {}
 
-#endif  // QT_Q4K_X86
+#endif  // QT_INTERLEAVED_X86
 
-bool q4k_interleave_supported() {
-#ifdef QT_Q4K_X86
-    return cpu_kernels_best() >= cpu_kernels::avx2 && ggml_type_size(GGML_TYPE_Q4_K) == sizeof(block_q4_k) &&
-           ggml_blck_size(GGML_TYPE_Q4_K) == k_qk && ggml_type_size(GGML_TYPE_Q8_K) == 292;
+bool interleave_supported(ggml_type type) {
+#ifdef QT_INTERLEAVED_X86
+    if (cpu_kernels_best() < cpu_kernels::avx2) {
+        return false;
+    }
+    if (type == GGML_TYPE_Q4_K) {
+        return ggml_type_size(GGML_TYPE_Q4_K) == sizeof(block_q4_k) && ggml_blck_size(GGML_TYPE_Q4_K) == k_qk &&
+               ggml_type_size(GGML_TYPE_Q8_K) == sizeof(block_q8_k);
+    }
+    return type == GGML_TYPE_Q8_0 && ggml_type_size(GGML_TYPE_Q8_0) == sizeof(block_q8_0) &&
+           ggml_blck_size(GGML_TYPE_Q8_0) == k_q8_0;
 #else
+    (void) type;
     return false;
 #endif
 }
 
-ggml_tensor * interleaved_q4k_weights::adopt(const model_loader & loader, ggml_tensor * w) {
-    if (w->type != GGML_TYPE_Q4_K || !loader.on_cpu() || !q4k_interleave_supported() || !ggml_is_contiguous(w) ||
-        ggml_n_dims(w) != 2 || w->ne[1] % k_interleaved_rows != 0 || w->ne[0] % k_qk != 0) {
+ggml_tensor * interleaved_weights::adopt(const model_loader & loader, ggml_tensor * w) {
+    const int64_t depth = w->type == GGML_TYPE_Q4_K ? k_qk : k_q8_0 * int64_t(k_q8_blocks);
+    if (!interleave_supported(w->type) || !loader.on_cpu() || !ggml_is_contiguous(w) || ggml_n_dims(w) != 2 ||
+        w->ne[1] % k_interleaved_rows != 0 || w->ne[0] % depth != 0) {
         return w;
     }
     if (!ctx_) {
-        ctx_ = new_metadata_context(256, false, "interleaved q4_K weights");
+        ctx_ = new_metadata_context(256, false, "interleaved weights");
     }
-    ggml_tensor * t = ggml_new_tensor_2d(ctx_.get(), GGML_TYPE_Q4_K, w->ne[0], w->ne[1]);
+    ggml_tensor * t = ggml_new_tensor_2d(ctx_.get(), w->type, w->ne[0], w->ne[1]);
     if (!t) {
-        throw error(QT_STATUS_OUT_OF_MEMORY, "too many interleaved q4_K weights for their context");
+        throw error(QT_STATUS_OUT_OF_MEMORY, "too many interleaved weights for their context");
     }
-    ggml_format_name(t, "%.*s%s", int(GGML_MAX_NAME - 1 - strlen(k_interleaved_q4k_suffix)), w->name, k_interleaved_q4k_suffix);
+    ggml_format_name(t, "%.*s%s", int(GGML_MAX_NAME - 1 - strlen(k_interleaved_suffix)), w->name, k_interleaved_suffix);
     pending_.push_back({ w, t });
     return t;
 }
 
-void interleaved_q4k_weights::commit(const model_loader & loader) {
+void interleaved_weights::commit(const model_loader & loader) {
     if (pending_.empty()) {
         return;
     }
     buffer_.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx_.get(), ggml_backend_cpu_buffer_type()));
     if (!buffer_) {
         throw error(QT_STATUS_OUT_OF_MEMORY,
-                    format("not enough memory for the interleaved q4_K weights of %s", loader.path().c_str()));
+                    format("not enough memory for the interleaved weights of %s", loader.path().c_str()));
     }
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (const pending & p : pending_) {
-        interleave_q4k(p.stored->data, p.interleaved->data, p.stored->ne[1], p.stored->ne[0]);
+        interleave_rows(p.stored->type, p.stored->data, p.interleaved->data, p.stored->ne[1], p.stored->ne[0]);
         loader.release(p.stored);
     }
     pending_.clear();
