@@ -42,7 +42,7 @@ struct block_q8_0 {
 };
 static_assert(sizeof(block_q8_0) == 34, "ggml's block layout");
 
-// One interleaved record: a block of 16 rows.
+// One q4_K record: a block of 16 rows.
 constexpr size_t k_rows = size_t(k_interleaved_rows);
 constexpr size_t k_qs_bytes = 4 * 8 * k_rows * 4;  // [j][q][row][4]
 constexpr size_t k_scales_at = k_qs_bytes;         // [w][row] 32-bit words, w < 3
@@ -69,47 +69,50 @@ bool is_interleaved(const ggml_tensor * w) {
 
 namespace {
 
-void interleave_q4k(const void * rows, void * out, int64_t n_rows, int64_t k) {
-    const int64_t nb = k / k_qk;
-    const auto *  in = static_cast<const block_q4_k *>(rows);
-    auto *        dst = static_cast<uint8_t *>(out);
+// Calls place(rec, r, first) for each row r < 16 of every 16-row group and every record of
+// `record_blocks` blocks: rec, the record's bytes in `out`; first, the index of the row's first
+// stored block in it (rows of `row_blocks` blocks).
+template <class Place>
+void for_each_record_row(void * out, int64_t n_rows, int64_t row_blocks, int64_t record_blocks, size_t record_bytes,
+                         Place && place) {
+    const int64_t n_records = row_blocks / record_blocks;
     for (int64_t g = 0; g < n_rows / int64_t(k_rows); ++g) {
-        for (int64_t i = 0; i < nb; ++i) {
-            uint8_t * rec = dst + size_t(g * nb + i) * k_record_bytes;
+        for (int64_t i = 0; i < n_records; ++i) {
+            uint8_t * rec = static_cast<uint8_t *>(out) + size_t(g * n_records + i) * record_bytes;
             for (size_t r = 0; r < k_rows; ++r) {
-                const block_q4_k & b = in[(size_t(g) * k_rows + r) * size_t(nb) + size_t(i)];
-                for (size_t jq = 0; jq < 32; ++jq) {  // j * 8 + q: bytes 4 jq .. 4 jq + 3 of qs
-                    memcpy(rec + (jq * k_rows + r) * 4, b.qs + 4 * jq, 4);
-                }
-                for (size_t w = 0; w < 3; ++w) {
-                    memcpy(rec + k_scales_at + (w * k_rows + r) * 4, b.scales + 4 * w, 4);
-                }
-                memcpy(rec + k_d_at + 2 * r, &b.d, 2);
-                memcpy(rec + k_dmin_at + 2 * r, &b.dmin, 2);
+                place(rec, r, (size_t(g) * k_rows + r) * size_t(row_blocks) + size_t(i * record_blocks));
             }
         }
     }
 }
 
-void interleave_q8_0(const void * rows, void * out, int64_t n_rows, int64_t k) {
-    const int64_t nb = k / k_q8_0;
-    const int64_t n_records = nb / int64_t(k_q8_blocks);
-    const auto *  in = static_cast<const block_q8_0 *>(rows);
-    auto *        dst = static_cast<uint8_t *>(out);
-    for (int64_t g = 0; g < n_rows / int64_t(k_rows); ++g) {
-        for (int64_t i = 0; i < n_records; ++i) {
-            uint8_t * rec = dst + size_t(g * n_records + i) * k_q8_record_bytes;
-            for (size_t r = 0; r < k_rows; ++r) {
-                for (size_t b = 0; b < k_q8_blocks; ++b) {
-                    const block_q8_0 & x = in[(size_t(g) * k_rows + r) * size_t(nb) + size_t(i) * k_q8_blocks + b];
-                    for (size_t q = 0; q < 8; ++q) {
-                        memcpy(rec + ((b * 8 + q) * k_rows + r) * 4, x.qs + 4 * q, 4);
-                    }
-                    memcpy(rec + k_q8_d_at + (b * k_rows + r) * 2, &x.d, 2);
-                }
-            }
+void interleave_q4k(const void * rows, void * out, int64_t n_rows, int64_t k) {
+    const auto * in = static_cast<const block_q4_k *>(rows);
+    for_each_record_row(out, n_rows, k / k_qk, 1, k_record_bytes, [&](uint8_t * rec, size_t r, size_t first) {
+        const block_q4_k & b = in[first];
+        for (size_t jq = 0; jq < 32; ++jq) {  // j * 8 + q: bytes 4 jq .. 4 jq + 3 of qs
+            memcpy(rec + (jq * k_rows + r) * 4, b.qs + 4 * jq, 4);
         }
-    }
+        for (size_t w = 0; w < 3; ++w) {
+            memcpy(rec + k_scales_at + (w * k_rows + r) * 4, b.scales + 4 * w, 4);
+        }
+        memcpy(rec + k_d_at + 2 * r, &b.d, 2);
+        memcpy(rec + k_dmin_at + 2 * r, &b.dmin, 2);
+    });
+}
+
+void interleave_q8_0(const void * rows, void * out, int64_t n_rows, int64_t k) {
+    const auto * in = static_cast<const block_q8_0 *>(rows);
+    for_each_record_row(out, n_rows, k / k_q8_0, int64_t(k_q8_blocks), k_q8_record_bytes,
+                        [&](uint8_t * rec, size_t r, size_t first) {
+                            for (size_t b = 0; b < k_q8_blocks; ++b) {
+                                const block_q8_0 & x = in[first + b];
+                                for (size_t q = 0; q < 8; ++q) {
+                                    memcpy(rec + ((b * 8 + q) * k_rows + r) * 4, x.qs + 4 * q, 4);
+                                }
+                                memcpy(rec + k_q8_d_at + (b * k_rows + r) * 2, &x.d, 2);
+                            }
+                        });
 }
 
 } // namespace
@@ -166,9 +169,9 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * rec, i
     }
 }
 
-// The kernels' output for one group of 16 rows and COLS columns (COLS <= k_group_columns):
-// out[c][0..15] = the rows dotted with column c. ys[c]: the column's q8_K blocks; sums[c * nb + i]:
-// its eight 32-value sums of block i. DOT4(acc, w, y) adds the dot of each 32-bit lane's four
+// The q4_K kernels' output for one group of 16 rows and COLS columns (COLS <= k_group_columns):
+// out[c][0..15] = the rows dotted with column c. ys[c]: the column's q8_K blocks; the four words
+// at sums + (c * nb + i) * 4: its eight 32-value sums of block i, paired (sums_of_32). DOT4(acc, w, y) adds the dot of each 32-bit lane's four
 // unsigned bytes w by four signed bytes y; DOT2(acc, w, y) of two 16-bit pairs.
 #    define QT_Q4K_GROUP_512(NAME, TARGET, DOT4, DOT2)                                                                \
         template <int COLS>                                                                                          \
@@ -507,14 +510,30 @@ void sums_of_32(const block_q8_k & y, int32_t * words) {
     }
 }
 
-} // namespace
-
-namespace {
+// Thread ith of nth's share of a product: its 16-row groups of W (`group_bytes` each), one after
+// the other, each against the columns by groups of up to k_group_columns: run(group, c0, n, out),
+// out[c] the 16 outputs of column c0 + c.
+template <class Run>
+void for_each_group(const ggml_tensor * w, size_t group_bytes, ggml_tensor * dst, int ith, int nth, Run && run) {
+    const int64_t groups = w->ne[1] / int64_t(k_rows);
+    const int     cols = int(dst->ne[1]);
+    for (int64_t g = groups * ith / nth; g < groups * (ith + 1) / nth; ++g) {
+        const uint8_t * group = static_cast<const uint8_t *>(w->data) + size_t(g) * group_bytes;
+        for (int c0 = 0; c0 < cols; c0 += k_group_columns) {
+            const int n = std::min(cols - c0, k_group_columns);
+            float *   out[k_group_columns];
+            for (int c = 0; c < n; ++c) {
+                out[c] = reinterpret_cast<float *>(static_cast<char *>(dst->data) + size_t(c0 + c) * dst->nb[1]) +
+                         g * int64_t(k_rows);
+            }
+            run(group, c0, n, out);
+        }
+    }
+}
 
 void q8_0_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith, int nth) {
     const int     nb = int(w->ne[0] / k_q8_0);
     const int     cols = int(dst->ne[1]);
-    const int64_t groups = w->ne[1] / int64_t(k_rows);
     thread_local std::vector<const block_q8_0 *> ys;
     thread_local std::vector<float>              yd;
     thread_local std::vector<int32_t>            ysum;
@@ -534,26 +553,16 @@ void q8_0_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml
         }
     }
     const q8_group_kernel * kernels = active_q8_kernels();
-    const auto *            base = static_cast<const uint8_t *>(w->data);
-    for (int64_t g = groups * ith / nth; g < groups * (ith + 1) / nth; ++g) {
-        const uint8_t * group = base + size_t(g) * size_t(nb / int(k_q8_blocks)) * k_q8_record_bytes;
-        for (int c0 = 0; c0 < cols; c0 += k_group_columns) {
-            const int n = std::min(cols - c0, k_group_columns);
-            float *   out[k_group_columns];
-            for (int c = 0; c < n; ++c) {
-                out[c] = reinterpret_cast<float *>(static_cast<char *>(dst->data) + size_t(c0 + c) * dst->nb[1]) +
-                         g * int64_t(k_rows);
-            }
-            const size_t at = size_t(c0) * size_t(nb);
-            kernels[n - 1](group, nb, ys.data() + c0, yd.data() + at, ysum.data() + at, out);
-        }
-    }
+    for_each_group(w, size_t(nb) / k_q8_blocks * k_q8_record_bytes, dst, ith, nth,
+                   [&](const uint8_t * group, int c0, int n, float * const * out) {
+                       const size_t at = size_t(c0) * size_t(nb);
+                       kernels[n - 1](group, nb, ys.data() + c0, yd.data() + at, ysum.data() + at, out);
+                   });
 }
 
 void q4k_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith, int nth) {
     const int     nb = int(w->ne[0] / k_qk);
     const int     cols = int(dst->ne[1]);
-    const int64_t groups = w->ne[1] / int64_t(k_rows);
     thread_local std::vector<const block_q8_k *> ys;
     thread_local std::vector<int32_t>            sums;
     ys.resize(size_t(cols));
@@ -565,19 +574,10 @@ void q4k_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_
         }
     }
     const group_kernel * kernels = active_kernels();
-    const auto *         base = static_cast<const uint8_t *>(w->data);
-    for (int64_t g = groups * ith / nth; g < groups * (ith + 1) / nth; ++g) {
-        const uint8_t * group = base + size_t(g) * size_t(nb) * k_record_bytes;
-        for (int c0 = 0; c0 < cols; c0 += k_group_columns) {
-            const int n = std::min(cols - c0, k_group_columns);
-            float *   out[k_group_columns];
-            for (int c = 0; c < n; ++c) {
-                out[c] = reinterpret_cast<float *>(static_cast<char *>(dst->data) + size_t(c0 + c) * dst->nb[1]) +
-                         g * int64_t(k_rows);
-            }
-            kernels[n - 1](group, nb, ys.data() + c0, sums.data() + size_t(c0) * size_t(nb) * 4, out);
-        }
-    }
+    for_each_group(w, size_t(nb) * k_record_bytes, dst, ith, nth,
+                   [&](const uint8_t * group, int c0, int n, float * const * out) {
+                       kernels[n - 1](group, nb, ys.data() + c0, sums.data() + size_t(c0) * size_t(nb) * 4, out);
+                   });
 }
 
 } // namespace
