@@ -701,10 +701,14 @@ void interleaved_weights::commit(const model_loader & loader) {
                     format("not enough memory for the interleaved weights of %s", loader.path().c_str()));
     }
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    size_t n_q4k = 0, n_q8_0 = 0;
     for (const pending & p : pending_) {
         interleave_rows(p.stored->type, p.stored->data, p.interleaved->data, p.stored->ne[1], p.stored->ne[0]);
         loader.release(p.stored);
+        ++(p.stored->type == GGML_TYPE_Q4_K ? n_q4k : n_q8_0);
     }
+    QT_LOG_INFO("interleaved by 16 rows: %zu q4_K and %zu q8_0 matrices, %.1f MiB", n_q4k, n_q8_0,
+                double(ggml_backend_buffer_get_size(buffer_.get())) / (1024.0 * 1024.0));
     pending_.clear();
 }
 
