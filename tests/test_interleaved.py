@@ -120,3 +120,35 @@ def test_a_batch_gives_each_segment_what_it_gets_alone(wide, voice, weight_type)
     assert len(alone.segments) == 3
     np.testing.assert_array_equal(batched.codes, alone.codes)
     np.testing.assert_array_equal(batched.audio, alone.audio)
+
+
+# A synthesis on a device: the CPU's copy of the matrices stays untouched, nothing interleaved.
+ON_DEVICE = """
+import json, logging, sys
+import numpy as np
+from vocable import Engine, Voice
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append(record.getMessage())
+logging.getLogger("vocable.engine").addHandler(handler)
+logging.getLogger("vocable.engine").setLevel(logging.INFO)
+voice = Voice(np.random.default_rng(3).standard_normal({hidden}).astype(np.float32))
+with Engine(sys.argv[1], threads=2, device="vulkan:0") as engine:
+    result = engine.synthesize({text!r}, voice, greedy=True, max_frames=2).result()
+    print(json.dumps({{"device": engine.device, "frames": int(result.codes.shape[0]),
+                      "interleaved": [m for m in messages if "interleaved by 16 rows" in m]}}))
+"""
+
+
+def test_a_device_leaves_the_cpu_copy_alone(wide):
+    """The engine keeps a CPU copy of the weights for a device that fails; on a GPU it should
+    cost no memory, so its matrices are interleaved only when the CPU first needs them."""
+    from test_devices import needs_lavapipe, needs_vulkan_module
+    needs_vulkan_module()
+    needs_lavapipe(computing=True)
+    proc = subprocess.run([sys.executable, "-c", ON_DEVICE.format(hidden=HIDDEN, text=TEXT), str(wide["q8_0"])],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"device": "vulkan:0", "frames": 2, "interleaved": []}, out

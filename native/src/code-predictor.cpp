@@ -196,6 +196,9 @@ code_predictor_state::code_predictor_state(const code_predictor & model, const c
                                            const cp_sampling & sampling, int max_batch)
     : model_(model), backend_(backend), sampling_(sampling), max_batch_(max_batch) {
     const code_predictor_hparams & hp = model.hp_;
+    if (backend.runs_cpu_kernels()) {
+        model.fill_interleaved();
+    }
     if (max_batch < 1) {
         throw error(QT_STATUS_INVALID_PARAMS, format("code predictor: a batch of %d", max_batch));
     }

@@ -69,6 +69,8 @@ public:
     // steps), the projection likewise, one head per code, the final norm per pass; embedding
     // lookups count one row each.
     size_t frame_weight_bytes() const;
+    // As talker::fill_interleaved (a code_predictor_state on the CPU calls it).
+    void   fill_interleaved() const { interleaved_.fill(); }
 
 private:
     friend class code_predictor_state;

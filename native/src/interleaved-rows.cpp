@@ -687,7 +687,7 @@ ggml_tensor * interleaved_weights::adopt(const model_loader & loader, ggml_tenso
         throw error(QT_STATUS_OUT_OF_MEMORY, "too many interleaved weights for their context");
     }
     ggml_format_name(t, "%.*s%s", int(GGML_MAX_NAME - 1 - strlen(k_interleaved_suffix)), w->name, k_interleaved_suffix);
-    pending_.push_back({ w, t });
+    pending_.push_back({ w, t, loader.maps(w) });
     return t;
 }
 
@@ -701,15 +701,24 @@ void interleaved_weights::commit(const model_loader & loader) {
                     format("not enough memory for the interleaved weights of %s", loader.path().c_str()));
     }
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    size_t n_q4k = 0, n_q8_0 = 0;
-    for (const pending & p : pending_) {
-        interleave_rows(p.stored->type, p.stored->data, p.interleaved->data, p.stored->ne[1], p.stored->ne[0]);
-        loader.release(p.stored);
-        ++(p.stored->type == GGML_TYPE_Q4_K ? n_q4k : n_q8_0);
-    }
-    QT_LOG_INFO("interleaved by 16 rows: %zu q4_K and %zu q8_0 matrices, %.1f MiB", n_q4k, n_q8_0,
-                double(ggml_backend_buffer_get_size(buffer_.get())) / (1024.0 * 1024.0));
-    pending_.clear();
+}
+
+void interleaved_weights::fill() const {
+    std::call_once(*filled_, [this] {
+        if (pending_.empty()) {
+            return;
+        }
+        size_t n_q4k = 0, n_q8_0 = 0;
+        for (const pending & p : pending_) {
+            interleave_rows(p.stored->type, p.stored->data, p.interleaved->data, p.stored->ne[1], p.stored->ne[0]);
+            if (p.mapped) {
+                model_loader::release_pages(p.stored);
+            }
+            ++(p.stored->type == GGML_TYPE_Q4_K ? n_q4k : n_q8_0);
+        }
+        QT_LOG_INFO("interleaved by 16 rows: %zu q4_K and %zu q8_0 matrices, %.1f MiB", n_q4k, n_q8_0,
+                    double(ggml_backend_buffer_get_size(buffer_.get())) / (1024.0 * 1024.0));
+    });
 }
 
 } // namespace qt

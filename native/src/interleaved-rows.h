@@ -36,6 +36,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace qt {
@@ -71,24 +73,33 @@ void interleaved_avoid_vnni(bool avoid);
 // ggml's quantize_row_q8_K.
 void quantize_q8_k(const float * x, void * out_blocks, int64_t k);
 
-// The quantized matrices of one component, interleaved into a CPU buffer of their own. adopt()
-// each matrix, then commit() once: the stored rows are read one matrix at a time and released
-// (where the weights are mapped), so loading never holds both forms of more than one matrix.
+// The quantized matrices of one component, interleaved into a CPU buffer of their own: adopt()
+// each matrix, commit() once all are, and fill() before the CPU's graphs first use them. fill()
+// reads the stored rows one matrix at a time and gives their pages back where they are mapped, so
+// the process never holds both forms of more than one matrix; until then the buffer is untouched
+// and takes no memory, so an engine that runs on a GPU, whose CPU copy of the weights goes unused
+// unless the device fails, never holds it.
 class interleaved_weights {
 public:
-    // The stand-in for w that commit() fills, or w itself where its rows stay as stored (another
+    // The stand-in for w that fill() writes, or w itself where its rows stay as stored (another
     // type, a shape the kernels do not take, no AVX2, weights on a device).
     ggml_tensor * adopt(const model_loader & loader, ggml_tensor * w);
+    // Allocates the stand-ins' buffer (untouched).
     void          commit(const model_loader & loader);
+    // Writes the stand-ins, the first time it is called (from any thread); the weights' mapping
+    // must still be alive.
+    void          fill() const;
 
 private:
     struct pending {
         ggml_tensor * stored;
         ggml_tensor * interleaved;
+        bool          mapped;  // the stored rows lie in the file mapping: their pages go back
     };
-    ggml_context_ptr        ctx_;
-    ggml_backend_buffer_ptr buffer_;
-    std::vector<pending>    pending_;
+    ggml_context_ptr                ctx_;
+    ggml_backend_buffer_ptr         buffer_;
+    std::vector<pending>            pending_;
+    std::unique_ptr<std::once_flag> filled_ = std::make_unique<std::once_flag>();
 };
 
 } // namespace qt

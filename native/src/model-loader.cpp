@@ -344,11 +344,16 @@ std::vector<std::string> model_loader::get_str_array(const char * key) const {
 
 bool model_loader::has_tensor(const std::string & name) const { return tensors_.count(name) != 0; }
 
+bool model_loader::maps(const ggml_tensor * t) const { return mapping_ && t->buffer == buffer_.get(); }
+
 void model_loader::release(const ggml_tensor * t) const {
-#if !defined(_WIN32)
-    if (!mapping_ || t->buffer != buffer_.get()) {
-        return;
+    if (maps(t)) {
+        release_pages(t);
     }
+}
+
+void model_loader::release_pages(const ggml_tensor * t) {
+#if !defined(_WIN32)
     const auto      page = uintptr_t(sysconf(_SC_PAGESIZE));
     const uintptr_t begin = (uintptr_t(t->data) + page - 1) / page * page;
     const uintptr_t end = (uintptr_t(t->data) + ggml_nbytes(t)) / page * page;

@@ -54,6 +54,10 @@ public:
     // `t` is no longer read (its user keeps a rearranged copy): where the weights are mapped,
     // the pages wholly inside it leave the process's memory (they stay in the page cache).
     void          release(const ggml_tensor * t) const;
+    // Whether `t` lies in this loader's file mapping; release_pages() then does what release()
+    // does, and may be called after the loader is gone (the mapping outlives it).
+    bool          maps(const ggml_tensor * t) const;
+    static void   release_pages(const ggml_tensor * t);
 
     // Moves ownership of the weights out (contexts, buffer and the file mapping the buffer may
     // point into: it must outlive the buffer) once loading is done.

@@ -382,6 +382,10 @@ qt_context * qt_init(const qt_init_params * params) {
         ctx->info.codec_chunk_frames = int32_t(std::clamp(std::lround(chunk_sec * frame_rate), 1L, long(k_max_frames)));
         const char * device = params->abi_version >= 6 && params->device && *params->device ? params->device : "cpu";
         start_device(*ctx, params->model_path, device, ctx->info.codec_chunk_frames);
+        if (!ctx->device) {  // the CPU runs the talker and the code predictor: their matrices now, not at the first request
+            ctx->talker.fill_interleaved();
+            ctx->predictor.fill_interleaved();
+        }
         const size_t weight_bytes = loader.weight_bytes();
         ctx->weights_ctx = loader.take_context();
         const bool mapped = loader.mapped();

@@ -358,6 +358,9 @@ talker_state::talker_state(const talker & model, const compute_backend & backend
                            ggml_type kv_type, int n_seqs)
     : model_(model), backend_(backend), capacity_(max_positions), n_past_(size_t(std::max(n_seqs, 0)), 0) {
     const talker_hparams & hp = model.hp_;
+    if (backend.runs_cpu_kernels()) {
+        model.fill_interleaved();
+    }
     if (max_positions <= 0 || n_seqs <= 0) {
         throw error(QT_STATUS_INVALID_PARAMS, format("talker: KV cache of %lld positions for %d sequences",
                                                      (long long) max_positions, n_seqs));

@@ -62,6 +62,9 @@ public:
 
     // Bytes of weights one decoding step reads (every layer matrix, the norms and codec_head).
     size_t step_weight_bytes() const;
+    // Writes the interleaved copies of the quantized matrices (interleaved-rows.h), once: before
+    // the CPU first runs this talker's graphs (a talker_state on the CPU does it).
+    void   fill_interleaved() const { interleaved_.fill(); }
 
 private:
     friend class talker_state;
