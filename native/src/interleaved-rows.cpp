@@ -154,18 +154,18 @@ __attribute__((always_inline)) inline int32_t load_i32(const void * p) {
     return v;
 }
 
-// How far ahead of the record in hand the kernels ask for weights, and the share of lines each
-// of a record's four steps asks for. A thread's groups are one contiguous range, but the
+// How far ahead of the record in hand the kernels ask for weights, and the share of a q4_K
+// record's lines each of its four steps asks for. A thread's groups are one contiguous range, but the
 // processor's own prefetching leaves the kernels waiting on memory without this: 10 sequences
 // side by side at q4_K, perf samples in the 8-column kernel (Zen 5): 32.7k without, 15.6k at
 // 2 KiB, 13.6k at 4 KiB, 11.4-11.9k at 8 and 12 KiB; a lone column's kernel varied within noise.
 constexpr size_t k_prefetch_bytes = 8192;
 constexpr size_t k_lines_per_step = k_record_bytes / 64 / 4;
 
-__attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * rec, int step) {
-    for (size_t line = 0; line < k_lines_per_step; ++line) {
-        _mm_prefetch(reinterpret_cast<const char *>(rec) + k_prefetch_bytes + (size_t(step) * k_lines_per_step + line) * 64,
-                     _MM_HINT_T0);
+// Asks for the n_lines cache lines k_prefetch_bytes past `at`.
+__attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * at, size_t n_lines) {
+    for (size_t line = 0; line < n_lines; ++line) {
+        _mm_prefetch(reinterpret_cast<const char *>(at) + k_prefetch_bytes + line * 64, _MM_HINT_T0);
     }
 }
 
@@ -208,7 +208,7 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * rec, i
                     isum[c] = _mm512_setzero_si512();                                                                 \
                 }                                                                                                     \
                 for (int j = 0; j < 4; ++j) {                                                                         \
-                    prefetch_ahead(rec, j);                                                                           \
+                    prefetch_ahead(rec + size_t(j) * k_lines_per_step * 64, k_lines_per_step);                        \
                     /* sub-blocks 2j (low nibbles) and 2j + 1 (high): bytes 0 / 2 and 1 / 3 of their word */         \
                     const __m512i s_lo = _mm512_and_si512(_mm512_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);          \
                     const __m512i s_hi = _mm512_and_si512(_mm512_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);      \
@@ -312,7 +312,7 @@ __attribute__((target("avx2,fma,f16c"))) void group_avx2(const uint8_t * group, 
                 isum[c] = _mm256_setzero_si256();
             }
             for (int j = 0; j < 4; ++j) {
-                prefetch_ahead(rec, j);
+                prefetch_ahead(rec + size_t(j) * k_lines_per_step * 64, k_lines_per_step);
                 const __m256i s_lo = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);
                 const __m256i s_hi = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);
                 constexpr int H = COLS <= 4 ? 2 : 1;  // as in the AVX512 kernels
@@ -382,9 +382,7 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) vo
     const __m512i bias = _mm512_set1_epi8(int8_t(0x80));
     for (int r = 0; r < nb / int(k_q8_blocks); ++r) {
         const uint8_t * rec = group + size_t(r) * k_q8_record_bytes;
-        for (size_t line = 0; line < k_q8_record_bytes / 64; ++line) {
-            _mm_prefetch(reinterpret_cast<const char *>(rec) + k_prefetch_bytes + line * 64, _MM_HINT_T0);
-        }
+        prefetch_ahead(rec, k_q8_record_bytes / 64);
         for (int b = 0; b < int(k_q8_blocks); ++b) {
             const int i = r * int(k_q8_blocks) + b;
             __m512i   w[8];
@@ -429,9 +427,7 @@ __attribute__((target("avx2,fma,f16c"))) void q8_group_avx2(const uint8_t * grou
         for (int r = 0; r < nb / int(k_q8_blocks); ++r) {
             const uint8_t * rec = group + size_t(r) * k_q8_record_bytes;
             if (half == 0) {
-                for (size_t line = 0; line < k_q8_record_bytes / 64; ++line) {
-                    _mm_prefetch(reinterpret_cast<const char *>(rec) + k_prefetch_bytes + line * 64, _MM_HINT_T0);
-                }
+                prefetch_ahead(rec, k_q8_record_bytes / 64);
             }
             for (int b = 0; b < int(k_q8_blocks); ++b) {
                 const int i = r * int(k_q8_blocks) + b;
