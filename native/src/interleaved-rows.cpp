@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -282,90 +283,105 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
 }
 
 // The same sums with 256-bit vectors: rows 0-7 of the group, then rows 8-15, each the low or high
-// 32 bytes of every 64-byte vector of the record.
-template <int COLS>
-__attribute__((target("avx2,fma,f16c"))) void group_avx2(const uint8_t * group, int nb, const block_q8_k * const * ys,
-                                                          const int32_t * sums, float * const * out) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F), two = _mm256_set1_epi8(0x03);
-    const __m256i byte = _mm256_set1_epi32(0xFF), ones = _mm256_set1_epi16(1);
-    const __m256i pairs01 = pair_control(0), pairs23 = pair_control(1);
-    for (int half = 0; half < 2; ++half) {
-        __m256 acc[COLS], accm[COLS];
-        for (int c = 0; c < COLS; ++c) {
-            acc[c] = _mm256_setzero_ps();
-            accm[c] = _mm256_setzero_ps();
+// 32 bytes of every 64-byte vector of the record. DOT4 and DOT2 as for QT_Q4K_GROUP_512.
+#    define QT_Q4K_GROUP_256(NAME, TARGET, DOT4, DOT2)                                                                \
+        template <int COLS>                                                                                          \
+        __attribute__((target(TARGET))) void NAME(const uint8_t * group, int nb, const block_q8_k * const * ys,     \
+                                                  const int32_t * sums, float * const * out) {                      \
+            const __m256i m4 = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F), two = _mm256_set1_epi8(0x03);   \
+            const __m256i byte = _mm256_set1_epi32(0xFF);                                                             \
+            const __m256i pairs01 = pair_control(0), pairs23 = pair_control(1);                                       \
+            for (int half = 0; half < 2; ++half) {                                                                    \
+                __m256 acc[COLS], accm[COLS];                                                                         \
+                for (int c = 0; c < COLS; ++c) {                                                                      \
+                    acc[c] = _mm256_setzero_ps();                                                                     \
+                    accm[c] = _mm256_setzero_ps();                                                                    \
+                }                                                                                                     \
+                for (int i = 0; i < nb; ++i) {                                                                        \
+                    const uint8_t * rec = group + size_t(i) * k_record_bytes;                                         \
+                    const __m256i u0 = half_at(rec, k_scales_at, half), u1 = half_at(rec, k_scales_at + 64, half),    \
+                                  u2 = half_at(rec, k_scales_at + 128, half);                                         \
+                    const __m256i sc[2] = { _mm256_and_si256(u0, low6),                                               \
+                                            _mm256_or_si256(_mm256_and_si256(u2, m4),                                 \
+                                                            _mm256_slli_epi32(                                        \
+                                                                _mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4)) };\
+                    const __m256i mn_lo = _mm256_and_si256(u1, low6);                                                 \
+                    const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),             \
+                                                          _mm256_slli_epi32(                                          \
+                                                              _mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));   \
+                    const __m256i mp[4] = { _mm256_shuffle_epi8(mn_lo, pairs01), _mm256_shuffle_epi8(mn_lo, pairs23), \
+                                            _mm256_shuffle_epi8(mn_hi, pairs01), _mm256_shuffle_epi8(mn_hi, pairs23) };\
+                    __m256i isum[COLS];                                                                               \
+                    for (int c = 0; c < COLS; ++c) {                                                                  \
+                        isum[c] = _mm256_setzero_si256();                                                             \
+                    }                                                                                                 \
+                    for (int j = 0; j < 4; ++j) {                                                                     \
+                        prefetch_ahead(rec + size_t(j) * k_lines_per_step * 64, k_lines_per_step);                    \
+                        const __m256i s_lo = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);      \
+                        const __m256i s_hi = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);  \
+                        constexpr int H = COLS <= 4 ? 2 : 1; /* as in the AVX512 kernels */                           \
+                        for (int h0 = 0; h0 < 2; h0 += H) {                                                           \
+                            __m256i w[H][8];                                                                          \
+                            for (int q = 0; q < 8; ++q) {                                                             \
+                                const __m256i bits = half_at(rec, size_t(8 * j + q) * 64, half);                      \
+                                for (int h = 0; h < H; ++h) {                                                         \
+                                    w[h][q] = _mm256_and_si256(h0 + h ? _mm256_srli_epi16(bits, 4) : bits, m4);       \
+                                }                                                                                     \
+                            }                                                                                         \
+                            __m256i a[H][COLS];                                                                       \
+                            for (int h = 0; h < H; ++h) {                                                             \
+                                for (int c = 0; c < COLS; ++c) {                                                      \
+                                    a[h][c] = _mm256_setzero_si256();                                                 \
+                                }                                                                                     \
+                            }                                                                                         \
+                            for (int q = 0; q < 8; ++q) {                                                             \
+                                for (int h = 0; h < H; ++h) {                                                         \
+                                    for (int c = 0; c < COLS; ++c) {                                                  \
+                                        const int8_t * y = ys[c][i].qs + 64 * j + 32 * (h0 + h) + 4 * q;              \
+                                        a[h][c] = DOT4(a[h][c], w[h][q], _mm256_set1_epi32(load_i32(y)));             \
+                                    }                                                                                 \
+                                }                                                                                     \
+                            }                                                                                         \
+                            for (int h = 0; h < H; ++h) {                                                             \
+                                for (int c = 0; c < COLS; ++c) {                                                      \
+                                    isum[c] = _mm256_add_epi32(isum[c],                                               \
+                                        _mm256_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));                           \
+                                }                                                                                     \
+                            }                                                                                         \
+                        }                                                                                             \
+                    }                                                                                                 \
+                    const __m256 xd =                                                                                 \
+                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(                            \
+                            rec + k_d_at + 16 * size_t(half))));                                                      \
+                    const __m256 xdmin =                                                                              \
+                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(                            \
+                            rec + k_dmin_at + 16 * size_t(half))));                                                   \
+                    for (int c = 0; c < COLS; ++c) {                                                                  \
+                        const int32_t * s = sums + (size_t(c) * size_t(nb) + size_t(i)) * 4;                          \
+                        __m256i         msum = _mm256_setzero_si256();                                                \
+                        for (int p = 0; p < 4; ++p) {                                                                 \
+                            msum = DOT2(msum, mp[p], _mm256_set1_epi32(s[p]));                                        \
+                        }                                                                                             \
+                        const __m256 yd = _mm256_set1_ps(ys[c][i].d);                                                 \
+                        acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, yd), _mm256_cvtepi32_ps(isum[c]), acc[c]);         \
+                        accm[c] = _mm256_fmadd_ps(_mm256_mul_ps(xdmin, yd), _mm256_cvtepi32_ps(msum), accm[c]);       \
+                    }                                                                                                 \
+                }                                                                                                     \
+                for (int c = 0; c < COLS; ++c) {                                                                      \
+                    _mm256_storeu_ps(out[c] + 8 * half, _mm256_sub_ps(acc[c], accm[c]));                              \
+                }                                                                                                     \
+            }                                                                                                         \
         }
-        for (int i = 0; i < nb; ++i) {
-            const uint8_t * rec = group + size_t(i) * k_record_bytes;
-            const __m256i u0 = half_at(rec, k_scales_at, half), u1 = half_at(rec, k_scales_at + 64, half),
-                          u2 = half_at(rec, k_scales_at + 128, half);
-            const __m256i sc[2] = { _mm256_and_si256(u0, low6),
-                                    _mm256_or_si256(_mm256_and_si256(u2, m4),
-                                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4)) };
-            const __m256i mn_lo = _mm256_and_si256(u1, low6);
-            const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
-                                                  _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));
-            const __m256i mp[4] = { _mm256_shuffle_epi8(mn_lo, pairs01), _mm256_shuffle_epi8(mn_lo, pairs23),
-                                    _mm256_shuffle_epi8(mn_hi, pairs01), _mm256_shuffle_epi8(mn_hi, pairs23) };
-            __m256i isum[COLS];
-            for (int c = 0; c < COLS; ++c) {
-                isum[c] = _mm256_setzero_si256();
-            }
-            for (int j = 0; j < 4; ++j) {
-                prefetch_ahead(rec + size_t(j) * k_lines_per_step * 64, k_lines_per_step);
-                const __m256i s_lo = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);
-                const __m256i s_hi = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);
-                constexpr int H = COLS <= 4 ? 2 : 1;  // as in the AVX512 kernels
-                for (int h0 = 0; h0 < 2; h0 += H) {
-                    __m256i w[H][8];
-                    for (int q = 0; q < 8; ++q) {
-                        const __m256i bits = half_at(rec, size_t(8 * j + q) * 64, half);
-                        for (int h = 0; h < H; ++h) {
-                            w[h][q] = _mm256_and_si256(h0 + h ? _mm256_srli_epi16(bits, 4) : bits, m4);
-                        }
-                    }
-                    __m256i a[H][COLS];
-                    for (int h = 0; h < H; ++h) {
-                        for (int c = 0; c < COLS; ++c) {
-                            a[h][c] = _mm256_setzero_si256();
-                        }
-                    }
-                    for (int q = 0; q < 8; ++q) {
-                        for (int h = 0; h < H; ++h) {
-                            for (int c = 0; c < COLS; ++c) {
-                                const int8_t * y = ys[c][i].qs + 64 * j + 32 * (h0 + h) + 4 * q;
-                                a[h][c] = _mm256_add_epi32(
-                                    a[h][c], _mm256_madd_epi16(_mm256_maddubs_epi16(w[h][q], _mm256_set1_epi32(load_i32(y))), ones));
-                            }
-                        }
-                    }
-                    for (int h = 0; h < H; ++h) {
-                        for (int c = 0; c < COLS; ++c) {
-                            isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));
-                        }
-                    }
-                }
-            }
-            const __m256 xd =
-                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec + k_d_at + 16 * size_t(half))));
-            const __m256 xdmin =
-                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(rec + k_dmin_at + 16 * size_t(half))));
-            for (int c = 0; c < COLS; ++c) {
-                const int32_t * s = sums + (size_t(c) * size_t(nb) + size_t(i)) * 4;
-                __m256i         msum = _mm256_setzero_si256();
-                for (int p = 0; p < 4; ++p) {
-                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mp[p], _mm256_set1_epi32(s[p])));
-                }
-                const __m256 yd = _mm256_set1_ps(ys[c][i].d);
-                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, yd), _mm256_cvtepi32_ps(isum[c]), acc[c]);
-                accm[c] = _mm256_fmadd_ps(_mm256_mul_ps(xdmin, yd), _mm256_cvtepi32_ps(msum), accm[c]);
-            }
-        }
-        for (int c = 0; c < COLS; ++c) {
-            _mm256_storeu_ps(out[c] + 8 * half, _mm256_sub_ps(acc[c], accm[c]));
-        }
-    }
+
+__attribute__((always_inline, target("avx2"))) inline __m256i dot4_256(__m256i acc, __m256i w, __m256i y) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1)));
 }
+__attribute__((always_inline, target("avx2"))) inline __m256i dot2_256(__m256i acc, __m256i w, __m256i y) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(w, y));
+}
+QT_Q4K_GROUP_256(group_avx2, "avx2,fma,f16c", dot4_256, dot2_256)
+// AVX-VNNI (Alder Lake and later cores without AVX512; Zen 5): one instruction per dot
+QT_Q4K_GROUP_256(group_avx2_vnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32, _mm256_dpwssd_avx_epi32)
 
 // The q8_0 kernels' output for one group of 16 rows and COLS columns: out[c][0..15]. ys[c]: the
 // column's q8_0 blocks; yd[c * nb + i], ysum[c * nb + i]: block i's scale as f32 and the sum of
@@ -414,51 +430,57 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) vo
 
 // The same with 256-bit vectors, rows 0-7 then 8-15, and signed bytes: |w| dotted with y carrying
 // w's sign (vpmaddubsw takes one unsigned operand; q8_0 values lie in [-127, 127], so the 16-bit
-// pair sums cannot saturate).
-template <int COLS>
-__attribute__((target("avx2,fma,f16c"))) void q8_group_avx2(const uint8_t * group, int nb, const block_q8_0 * const * ys,
-                                                             const float * yd, const int32_t *, float * const * out) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int half = 0; half < 2; ++half) {
-        __m256 acc[COLS];
-        for (int c = 0; c < COLS; ++c) {
-            acc[c] = _mm256_setzero_ps();
+// pair sums cannot saturate). DOT4 as for QT_Q4K_GROUP_512.
+#    define QT_Q8_GROUP_256(NAME, TARGET, DOT4)                                                                       \
+        template <int COLS>                                                                                          \
+        __attribute__((target(TARGET))) void NAME(const uint8_t * group, int nb, const block_q8_0 * const * ys,     \
+                                                  const float * yd, const int32_t *, float * const * out) {         \
+            for (int half = 0; half < 2; ++half) {                                                                    \
+                __m256 acc[COLS];                                                                                     \
+                for (int c = 0; c < COLS; ++c) {                                                                      \
+                    acc[c] = _mm256_setzero_ps();                                                                     \
+                }                                                                                                     \
+                for (int r = 0; r < nb / int(k_q8_blocks); ++r) {                                                     \
+                    const uint8_t * rec = group + size_t(r) * k_q8_record_bytes;                                      \
+                    if (half == 0) {                                                                                  \
+                        prefetch_ahead(rec, k_q8_record_bytes / 64);                                                  \
+                    }                                                                                                 \
+                    for (int b = 0; b < int(k_q8_blocks); ++b) {                                                      \
+                        const int i = r * int(k_q8_blocks) + b;                                                       \
+                        __m256i   w[8], aw[8];                                                                        \
+                        for (int q = 0; q < 8; ++q) {                                                                 \
+                            w[q] = half_at(rec, size_t(b * 8 + q) * 64, half);                                        \
+                            aw[q] = _mm256_sign_epi8(w[q], w[q]);                                                     \
+                        }                                                                                             \
+                        __m256i a[COLS];                                                                              \
+                        for (int c = 0; c < COLS; ++c) {                                                              \
+                            a[c] = _mm256_setzero_si256();                                                            \
+                        }                                                                                             \
+                        for (int q = 0; q < 8; ++q) {                                                                 \
+                            for (int c = 0; c < COLS; ++c) {                                                          \
+                                const __m256i y = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(ys[c][i].qs + 4 * q)),  \
+                                    w[q]);                                                                            \
+                                a[c] = DOT4(a[c], aw[q], y);                                                          \
+                            }                                                                                         \
+                        }                                                                                             \
+                        const __m256 xd = _mm256_cvtph_ps(                                                            \
+                            _mm_load_si128(reinterpret_cast<const __m128i *>(                                         \
+                                rec + k_q8_d_at + size_t(b) * 32 + 16 * size_t(half))));                              \
+                        for (int c = 0; c < COLS; ++c) {                                                              \
+                            const size_t at = size_t(c) * size_t(nb) + size_t(i);                                     \
+                            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, _mm256_set1_ps(yd[at])),                       \
+                                _mm256_cvtepi32_ps(a[c]), acc[c]);                                                    \
+                        }                                                                                             \
+                    }                                                                                                 \
+                }                                                                                                     \
+                for (int c = 0; c < COLS; ++c) {                                                                      \
+                    _mm256_storeu_ps(out[c] + 8 * half, acc[c]);                                                      \
+                }                                                                                                     \
+            }                                                                                                         \
         }
-        for (int r = 0; r < nb / int(k_q8_blocks); ++r) {
-            const uint8_t * rec = group + size_t(r) * k_q8_record_bytes;
-            if (half == 0) {
-                prefetch_ahead(rec, k_q8_record_bytes / 64);
-            }
-            for (int b = 0; b < int(k_q8_blocks); ++b) {
-                const int i = r * int(k_q8_blocks) + b;
-                __m256i   w[8], aw[8];
-                for (int q = 0; q < 8; ++q) {
-                    w[q] = half_at(rec, size_t(b * 8 + q) * 64, half);
-                    aw[q] = _mm256_sign_epi8(w[q], w[q]);
-                }
-                __m256i a[COLS];
-                for (int c = 0; c < COLS; ++c) {
-                    a[c] = _mm256_setzero_si256();
-                }
-                for (int q = 0; q < 8; ++q) {
-                    for (int c = 0; c < COLS; ++c) {
-                        const __m256i y = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(ys[c][i].qs + 4 * q)), w[q]);
-                        a[c] = _mm256_add_epi32(a[c], _mm256_madd_epi16(_mm256_maddubs_epi16(aw[q], y), ones));
-                    }
-                }
-                const __m256 xd = _mm256_cvtph_ps(
-                    _mm_load_si128(reinterpret_cast<const __m128i *>(rec + k_q8_d_at + size_t(b) * 32 + 16 * size_t(half))));
-                for (int c = 0; c < COLS; ++c) {
-                    const size_t at = size_t(c) * size_t(nb) + size_t(i);
-                    acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, _mm256_set1_ps(yd[at])), _mm256_cvtepi32_ps(a[c]), acc[c]);
-                }
-            }
-        }
-        for (int c = 0; c < COLS; ++c) {
-            _mm256_storeu_ps(out[c] + 8 * half, acc[c]);
-        }
-    }
-}
+
+QT_Q8_GROUP_256(q8_group_avx2, "avx2,fma,f16c", dot4_256)
+QT_Q8_GROUP_256(q8_group_avx2_vnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32)
 
 using q8_group_kernel = void (*)(const uint8_t *, int, const block_q8_0 * const *, const float *, const int32_t *,
                                  float * const *);
@@ -469,31 +491,54 @@ using group_kernel = void (*)(const uint8_t *, int, const block_q8_k * const *, 
         { KERNEL<1>, KERNEL<2>, KERNEL<3>, KERNEL<4>, KERNEL<5>, KERNEL<6>, KERNEL<7>, KERNEL<8> }
 
 const group_kernel k_avx2_kernels[k_group_columns] = QT_GROUP_TABLE(group_avx2);
+const group_kernel k_avx2_vnni_kernels[k_group_columns] = QT_GROUP_TABLE(group_avx2_vnni);
 const group_kernel k_512_kernels[k_group_columns] = QT_GROUP_TABLE(group_512);
 const group_kernel k_512_vnni_kernels[k_group_columns] = QT_GROUP_TABLE(group_512_vnni);
 const q8_group_kernel k_q8_avx2_kernels[k_group_columns] = QT_GROUP_TABLE(q8_group_avx2);
+const q8_group_kernel k_q8_avx2_vnni_kernels[k_group_columns] = QT_GROUP_TABLE(q8_group_avx2_vnni);
 const q8_group_kernel k_q8_512_vnni_kernels[k_group_columns] = QT_GROUP_TABLE(q8_group_512_vnni);
 
-std::atomic<bool> g_avoid_vnni{ false };
+std::atomic<interleaved_dots> g_dots{ interleaved_dots::variant };
 
-// The kernels for products run now: AVX512 where active (VNNI where the ggml variant has it), else
-// AVX2, which every machine that interleaved its weights has (cpu_kernels_force() lowers the
-// others' kernels, not below what interleaved weights need).
+// The kernels for products run now: AVX512 where active, else AVX2, which every machine that
+// interleaved its weights has (cpu_kernels_force() lowers the others' kernels, not below what
+// interleaved weights need); each with VNNI's dots where the ggml variant has them, so that a
+// variant chosen for an older processor (haswell, for Zen 2 and 3) also runs its instructions.
+bool variant_has(const std::string & feature) {
+    std::istringstream words(cpu_backend_loaded().features);  // "AVX2 FMA F16C AVX512 ..."
+    for (std::string word; words >> word;) {
+        if (word == feature) {
+            return true;
+        }
+    }
+    return false;
+}
+
 bool use_vnni() {
-    static const bool vnni = cpu_backend_loaded().features.find("AVX512_VNNI") != std::string::npos;
-    return vnni && !g_avoid_vnni.load(std::memory_order_relaxed);
+    static const bool vnni = variant_has("AVX512_VNNI");
+    return vnni && g_dots.load(std::memory_order_relaxed) != interleaved_dots::no_vnni;
+}
+
+bool use_avx_vnni() {
+    static const bool variant = variant_has("AVX_VNNI");
+    static const bool cpu = __builtin_cpu_supports("avxvnni");
+    const interleaved_dots dots = g_dots.load(std::memory_order_relaxed);
+    return cpu && (dots == interleaved_dots::avx_vnni || (variant && dots == interleaved_dots::variant));
 }
 
 const group_kernel * active_kernels() {
     if (cpu_kernels_active() == cpu_kernels::avx512) {
         return use_vnni() ? k_512_vnni_kernels : k_512_kernels;
     }
-    return k_avx2_kernels;
+    return use_avx_vnni() ? k_avx2_vnni_kernels : k_avx2_kernels;
 }
 
 // q8_0 has no AVX512 kernel without VNNI: the AVX2 one serves there.
 const q8_group_kernel * active_q8_kernels() {
-    return cpu_kernels_active() == cpu_kernels::avx512 && use_vnni() ? k_q8_512_vnni_kernels : k_q8_avx2_kernels;
+    if (cpu_kernels_active() == cpu_kernels::avx512 && use_vnni()) {
+        return k_q8_512_vnni_kernels;
+    }
+    return use_avx_vnni() ? k_q8_avx2_vnni_kernels : k_q8_avx2_kernels;
 }
 
 // A column's block's eight 32-value sums as four words of two 16-bit halves: sums 2p and 2p + 1
@@ -637,7 +682,7 @@ __attribute__((target("avx2,fma,f16c"))) void quantize_q8_k(const float * x, voi
     }
 }
 
-void interleaved_avoid_vnni(bool avoid) { g_avoid_vnni.store(avoid, std::memory_order_relaxed); }
+void interleaved_force_dots(interleaved_dots dots) { g_dots.store(dots, std::memory_order_relaxed); }
 
 #else
 
@@ -648,7 +693,7 @@ void interleaved_product(const ggml_tensor *, const char *, size_t, ggml_tensor 
 
 void quantize_q8_k(const float *, void *, int64_t) { GGML_ABORT("q8_K columns on a CPU without the kernels"); }
 
-void interleaved_avoid_vnni(bool) {}
+void interleaved_force_dots(interleaved_dots) {}
 
 #endif  // QT_INTERLEAVED_X86
 

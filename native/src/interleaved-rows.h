@@ -28,6 +28,13 @@
 // sums), each converted to float and added with one fused multiply-add. Every column of a batched
 // step thus gets the same bits as that column alone, on AVX2 and AVX512 machines alike (ggml's own
 // dots add eight partial lanes instead, so the bits differ from ggml_mul_mat's, not the accuracy).
+//
+// Kernels: 512-bit with VNNI (vpdpbusd) or without (AVX512BW byte-pair multiplies), and 256-bit
+// with AVX-VNNI (the VEX vpdpbusd of Alder Lake and later cores, which lack AVX512, and of Zen 5)
+// or plain AVX2 (Haswell to Zen 3). Measured on Zen 5 through ggml's alderlake variant (2 threads,
+// q4_K, the 0.6B talker), AVX-VNNI against AVX2: a 4-sequence step 12.3-12.4 ms against
+// 16.4-16.7, a 4 x 64-position prefill 550-558 ms against 769-790, a lone step 5.9-6.1 against
+// 6.4-6.5 (bound by memory).
 #pragma once
 
 #include "ggml-backend.h"
@@ -65,9 +72,12 @@ void interleave_rows(ggml_type type, const void * rows, void * out, int64_t n_ro
 void interleaved_product(const ggml_tensor * w, const char * xq, size_t xq_stride, ggml_tensor * dst, int ith,
                          int nth);
 
-// For tests and measurements: the AVX512 kernels without VNNI even where the CPU has it
-// (process-wide), so that every form runs on one machine.
-void interleaved_avoid_vnni(bool avoid);
+// For tests and measurements, process-wide: the dot instructions of the kernels, so that every
+// form runs on one machine. `variant`: VNNI where the ggml variant has it (AVX512_VNNI for the
+// 512-bit kernels, AVX_VNNI for the 256-bit ones), the default; `no_vnni`: none; `avx_vnni`: the
+// 256-bit kernels with AVX-VNNI wherever the processor has it, whatever the variant.
+enum class interleaved_dots { variant, no_vnni, avx_vnni };
+void interleaved_force_dots(interleaved_dots dots);
 
 // A column of k floats (k % 256 == 0) in q8_K, the q4_K kernels' column type: the same bits as
 // ggml's quantize_row_q8_K.

@@ -625,12 +625,28 @@ void test_interleaved(const qt::cpu_backend & backend, ggml_type type) {
         int64_t K, N, B;
     };
     std::vector<std::vector<float>> first_level;
-    // the levels, then AVX512 once more without VNNI (the same kernels where the CPU lacks it)
-    const int best = int(qt::cpu_kernels_best());
-    for (int level = 0; level <= best + (best == int(qt::cpu_kernels::avx512) ? 1 : 0); ++level) {
-        const bool avoid_vnni = level > best;
-        qt::cpu_kernels_force(qt::cpu_kernels(std::min(level, best)));
-        qt::interleaved_avoid_vnni(avoid_vnni);
+    // Each kernel level with the dots the variant gives it, then forms the variant may not run on
+    // this processor: AVX2 with AVX-VNNI, AVX512 without VNNI (each the same kernels as a level's
+    // where the processor lacks the instructions).
+    struct form {
+        qt::cpu_kernels      kernels;
+        qt::interleaved_dots dots;
+        const char *         note;
+    };
+    std::vector<form> forms;
+    const int         best = int(qt::cpu_kernels_best());
+    for (int level = 0; level <= best; ++level) {
+        forms.push_back({ qt::cpu_kernels(level), qt::interleaved_dots::variant, "" });
+    }
+    forms.push_back({ qt::cpu_kernels::avx2, qt::interleaved_dots::no_vnni, ", no VNNI" });
+    forms.push_back({ qt::cpu_kernels::avx2, qt::interleaved_dots::avx_vnni, ", AVX-VNNI where the CPU has it" });
+    if (best == int(qt::cpu_kernels::avx512)) {
+        forms.push_back({ qt::cpu_kernels::avx512, qt::interleaved_dots::no_vnni, ", no VNNI" });
+    }
+    for (size_t level = 0; level < forms.size(); ++level) {
+        const form & f = forms[level];
+        qt::cpu_kernels_force(f.kernels);
+        qt::interleaved_force_dots(f.dots);
         size_t n_case = 0;
         for (shape sh : { shape{ 256, 16, 1 }, shape{ 512, 48, 3 }, shape{ 1024, 80, 8 }, shape{ 768, 32, 9 },
                           shape{ 256, 64, 16 }, shape{ 512, 16, 4 }, shape{ 256, 32, 45 }, shape{ 64, 32, 2 },
@@ -673,11 +689,9 @@ void test_interleaved(const qt::cpu_backend & backend, ggml_type type) {
             const std::vector<float> got = run.read_f32(out);
             const size_t             n = size_t(sh.N * sh.B);
 
-            char what[96];
+            char what[128];
             snprintf(what, sizeof(what), "interleaved %s K %lld N %lld B %lld (%s kernels%s)", ggml_type_name(type),
-                     (long long) sh.K,
-                     (long long) sh.N, (long long) sh.B, qt::cpu_kernels_name(qt::cpu_kernels(std::min(level, best))),
-                     avoid_vnni ? ", no VNNI" : "");
+                     (long long) sh.K, (long long) sh.N, (long long) sh.B, qt::cpu_kernels_name(f.kernels), f.note);
             check(std::equal(got.begin(), got.begin() + n, got.begin() + n), "%s: the same bits as each column alone",
                   what);
             std::vector<uint8_t> column(ggml_row_size(dot_type, sh.K));
@@ -716,7 +730,7 @@ void test_interleaved(const qt::cpu_backend & backend, ggml_type type) {
             ++n_case;
         }
     }
-    qt::interleaved_avoid_vnni(false);
+    qt::interleaved_force_dots(qt::interleaved_dots::variant);
     qt::cpu_kernels_unforce();
 }
 
