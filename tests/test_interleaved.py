@@ -75,6 +75,15 @@ def step0_logits(dump):
     return np.load(dump / "talker_step0_logits.npy"), np.load(dump / "cp_step0_logits.npy")[0]
 
 
+def run_on_variant(variant, model, dump):
+    """PLAIN_RUN in a process of its own on ggml's CPU variant `variant`; its log."""
+    env = dict(os.environ, VOCABLE_CPU_VARIANT=variant)
+    proc = subprocess.run([sys.executable, "-c", PLAIN_RUN.format(hidden=HIDDEN, text=TEXT), str(model), str(dump)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
 @pytest.mark.parametrize("weight_type", ["q8_0", "q4_k"])
 def test_the_interleaved_products_match_ggml_s(wide, voice, tmp_path, caplog, weight_type):
     """In this process the engine interleaves the stacks' matrices (where the CPU has AVX2); on the
@@ -86,11 +95,7 @@ def test_the_interleaved_products_match_ggml_s(wide, voice, tmp_path, caplog, we
             engine.synthesize(TEXT, voice, greedy=True, max_frames=2).result()
     counts = [tuple(map(int, m.groups())) for r in caplog.records
               if (m := re.search(r"interleaved by 16 rows: (\d+) q4_K and (\d+) q8_0 matrices", r.getMessage()))]
-    env = dict(os.environ, VOCABLE_CPU_VARIANT="x64")
-    proc = subprocess.run([sys.executable, "-c", PLAIN_RUN.format(hidden=HIDDEN, text=TEXT), str(wide[weight_type]),
-                           str(tmp_path / "plain")], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "interleaved by 16 rows" not in proc.stderr
+    assert "interleaved by 16 rows" not in run_on_variant("x64", wide[weight_type], tmp_path / "plain")
     with Engine(wide["f32"], threads=2, dump_dir=tmp_path / "f32") as engine:
         engine.synthesize(TEXT, voice, greedy=True, max_frames=2).result()
     (talker_i, cp_i), (talker_p, cp_p), (talker_f, cp_f) = (
@@ -105,6 +110,24 @@ def test_the_interleaved_products_match_ggml_s(wide, voice, tmp_path, caplog, we
             assert all(c[0] > 0 for c in counts), counts
     assert cosine(talker_i, talker_p) >= 0.99999 and cosine(cp_i, cp_p) >= 0.99999
     assert abs(cosine(talker_i, talker_f) - cosine(talker_p, talker_f)) < 1e-4
+
+
+@pytest.mark.parametrize("variant", ["haswell", "alderlake"])
+@pytest.mark.parametrize("weight_type", ["q8_0", "q4_k"])
+def test_the_256_bit_kernels_match_ggml_s(wide, tmp_path, weight_type, variant):
+    """The kernels' 256-bit forms through the engine: ggml's haswell variant runs the AVX2 one and
+    its alderlake variant the AVX-VNNI one (where the processor runs that variant), each against
+    ggml's products on the x64 variant, as above."""
+    from test_cpu_variants import variants
+    if variant not in variants()[0]:
+        pytest.skip(f"this processor does not run ggml's {variant} variant")
+    log = run_on_variant(variant, wide[weight_type], tmp_path / "interleaved")
+    assert "interleaved by 16 rows" in log
+    run_on_variant("x64", wide[weight_type], tmp_path / "plain")
+    (talker_i, cp_i), (talker_p, cp_p) = (step0_logits(tmp_path / d) for d in ("interleaved", "plain"))
+    print(f"{weight_type} on {variant}: talker step-0 logits cosine {cosine(talker_i, talker_p):.8f}, "
+          f"code predictor row 0 {cosine(cp_i, cp_p):.8f}")
+    assert cosine(talker_i, talker_p) >= 0.99999 and cosine(cp_i, cp_p) >= 0.99999
 
 
 @pytest.mark.parametrize("weight_type", ["q8_0", "q4_k"])
