@@ -627,13 +627,14 @@ def test_run_bench_beside_other_work(small_model, tmp_path, capsys):
 
 def test_run_bench_on_several_cpu_variants(small_model, tmp_path, capsys):
     """--cpu-variants: each variant in its own process (the generic x64 one and the best this
-    processor runs), with the kernels each used, speed-ups over the first, and a clear failure
-    for a variant that does not exist."""
+    processor runs), with the kernels each used, speed-ups over the first, the long text a batch
+    at a time in each, and a clear failure for a variant that does not exist."""
     from vocable import _engine
 
     best = _engine.system_info().split(" ", 1)[0]
     spec, cache, model = small_model
-    rc = bench.run_bench(bench_args(tmp_path, model=str(model.gguf), repeats=1, cpu_variants=f"x64,{best},pentium3"))
+    rc = bench.run_bench(bench_args(tmp_path, model=str(model.gguf), repeats=1, cpu_variants=f"x64,{best},pentium3",
+                                    no_long_text=False, batch=3))
     out = capsys.readouterr().out
     assert rc == 0, out
     c = last_json(out)["cpu_variants"]["as converted"]
@@ -642,8 +643,11 @@ def test_run_bench_on_several_cpu_variants(small_model, tmp_path, capsys):
     assert generic["kernels"] == "generic" and generic["info"].startswith("x64 (")
     assert fast["info"].startswith(f"{best} (") and fast["rtf"] > 0
     assert fast["speedup"] == pytest.approx(generic["rtf"] / fast["rtf"])
+    assert generic["long_text_batch"] == fast["long_text_batch"] == 3 and fast["long_text_audio_per_s"] > 0
+    assert fast["long_text_speedup"] == pytest.approx(fast["long_text_audio_per_s"] / generic["long_text_audio_per_s"])
     assert "no such CPU variant" in c["runs"]["pentium3"]["error"]
     assert f"as converted: {best} (kernels {fast['kernels']}): real-time factor" in out
+    assert "; long text 3 at a time " in out
     assert "as converted: pentium3: failed:" in out
 
 

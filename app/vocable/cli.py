@@ -487,8 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--background-engines", type=int, default=0, metavar="N",
                    help="also time synthesis beside N other engines synthesizing at the same time")
     b.add_argument("--cpu-variants", metavar="A,B,...",
-                   help="also time synthesis on each of these ggml CPU variants (e.g. haswell,zen4: AVX2 against "
-                        "AVX512), each in its own process, with speed-ups over the first")
+                   help="also time synthesis, and the long text --batch at a time, on each of these ggml CPU "
+                        "variants (e.g. haswell,alderlake,zen4: AVX2, AVX2 with AVX-VNNI, AVX512), each in its own "
+                        "process, with speed-ups over the first")
     b.set_defaults(func=_cmd_bench)
     return p
 

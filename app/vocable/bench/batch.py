@@ -29,6 +29,13 @@ def _run(engine, voice, frames: int, batch: int, seed: int) -> tuple[float, obje
     return time.perf_counter() - t0, result
 
 
+def batched_audio_per_s(engine, voice, frames: int, batch: int, seed: int = 1) -> float:
+    """The 10-segment text `batch` at a time, once (the engine warmed up already): seconds of
+    audio per wall second."""
+    seconds, result = _run(engine, voice, frames, batch, seed)
+    return result.seconds / seconds
+
+
 def compare(engine, voice, frames: int, batch: int, weight_type: str, seed: int = 1) -> dict:
     """Times both ways (one warm-up segment first) and checks that they agree."""
     engine.synthesize(SENTENCES[0], voice, "English", seed=seed, max_frames=2).result()

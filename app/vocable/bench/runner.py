@@ -141,10 +141,12 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
                 ours[g.name] = GroupResult(error=str(e))
         if busy or engines:
             contention = contention_runs(engine, inp, busy, engines)
-    long_text: dict[str, dict] = {}
-    if not getattr(args, "no_long_text", False):
-        from ..engine import FILE_BATCH
-        long_text = long_text_runs(engine, inp, int(getattr(args, "batch", None) or FILE_BATCH))
+        long_text: dict[str, dict] = {}
+        long_text_batch = 0
+        if not getattr(args, "no_long_text", False):   # on the main engine where it is the type benched
+            from ..engine import FILE_BATCH
+            long_text_batch = int(getattr(args, "batch", None) or FILE_BATCH)
+            long_text = long_text_runs(engine, inp, long_text_batch)
     memory: dict[str, dict] = {}
     if "speaker_path" in inp.shared:   # the synthesis stages ran and saved the voice
         for wt in list(inp.models) or [inp.main_type]:
@@ -159,7 +161,7 @@ def _run(args, model, inp: BenchInput, clip_source: str, version: str, Engine) -
             gguf = inp.models[wt].gguf if wt in inp.models else model.gguf
             say(f"engine: CPU variants {', '.join(names)}, {wt}: one process each")
             variants[wt] = bench_variants.compare(str(gguf), str(inp.clip_path), inp.threads, inp.frames,
-                                                  inp.repeats, names)
+                                                  inp.repeats, names, long_text_batch)
 
     theirs: dict[str, GroupResult] = {}
     ref = {"status": "skipped", "reason": "--no-reference"}

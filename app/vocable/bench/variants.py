@@ -2,9 +2,11 @@
 
 ggml's CPU backend is loaded once per process, so each variant runs in a child process with
 VOCABLE_CPU_VARIANT set (which lowers the engine's own kernels with it: haswell runs the AVX2
-GEMM, zen4 the AVX512 one). Every child times the bench's streamed synthesis on the same model
-and clip; the report gives each variant's real-time factor and its speed-up over the first
-variant listed, next to the target for AVX512 over AVX2 (1.3x).
+GEMM, zen4 the AVX512 one, alderlake the AVX2 one with AVX-VNNI dots). Every child times the
+bench's streamed synthesis on the same model and clip, and, unless --no-long-text, the long text
+--batch segments at a time; the report gives each variant's real-time factor and its speed-up
+over the first variant listed, next to the target for AVX512 over AVX2 (1.3x), and the long
+text's audio per second with its speed-up.
 """
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ TARGET_AVX512_SPEEDUP = 1.3
 CHILD_TIMEOUT_S = 1800
 
 
-def variant_run(gguf: str, clip_path: str, threads: str, frames: str, repeats: str) -> None:
-    """In a child process: 1 warm-up + `repeats` timed syntheses; prints one JSON line."""
+def variant_run(gguf: str, clip_path: str, threads: str, frames: str, repeats: str, batch: str = "0") -> None:
+    """In a child process: 1 warm-up + `repeats` timed syntheses, then (batch > 1) the long text
+    `batch` segments at a time, once; prints one JSON line."""
     import numpy as np
 
     from .. import _engine
+    from .batch import batched_audio_per_s
     from .groups import timed_synthesis
     from .measure import SAMPLE_RATE
     from .contention import measure
@@ -32,6 +36,9 @@ def variant_run(gguf: str, clip_path: str, threads: str, frames: str, repeats: s
     with Engine(gguf, threads=int(threads)) as engine:
         voice = engine.embed_voice(np.load(clip_path), SAMPLE_RATE)
         result = measure(lambda: timed_synthesis(engine, voice, int(frames)), int(repeats))
+        if int(batch) > 1:
+            result["long_text_batch"] = int(batch)
+            result["long_text_audio_per_s"] = batched_audio_per_s(engine, voice, int(frames), int(batch))
     print(json.dumps({"info": _engine.system_info(), **result}), flush=True)
 
 
@@ -43,15 +50,19 @@ def kernels_of(info: str) -> str | None:
     return None
 
 
-def compare(gguf: str, clip_path: str, threads: int, frames: int, repeats: int, variants: list[str]) -> dict:
-    """Each variant's timing (or its error), in the order given, with speed-ups over the first."""
+def compare(gguf: str, clip_path: str, threads: int, frames: int, repeats: int, variants: list[str],
+            batch: int = 0) -> dict:
+    """Each variant's timing (or its error), in the order given, with speed-ups over the first;
+    with batch > 1, also the long text that many segments at a time (where the products of
+    several columns, not memory, set the pace: the AVX-VNNI kernels show there)."""
     runs: dict[str, dict] = {}
     code = ("import sys; from vocable.bench.variants import variant_run; variant_run(*sys.argv[1:])")
     for variant in variants:
         env = dict(os.environ, VOCABLE_CPU_VARIANT=variant)
         try:
             proc = subprocess.run([sys.executable, "-c", code, gguf, clip_path, str(threads), str(frames),
-                                   str(repeats)], env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+                                   str(repeats), str(batch)], env=env, capture_output=True, text=True,
+                                  timeout=CHILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             runs[variant] = {"error": f"no result within {CHILD_TIMEOUT_S} s"}
             continue
@@ -69,6 +80,8 @@ def compare(gguf: str, clip_path: str, threads: int, frames: int, repeats: int, 
         if "error" in r or "error" in base or variant == base_name:
             continue
         r["speedup"] = base["rtf"] / r["rtf"]
+        if "long_text_audio_per_s" in r and "long_text_audio_per_s" in base:
+            r["long_text_speedup"] = r["long_text_audio_per_s"] / base["long_text_audio_per_s"]
         if base.get("kernels") == "avx2" and r.get("kernels") == "avx512":
             r["target_speedup"] = TARGET_AVX512_SPEEDUP
             r["met"] = r["speedup"] >= TARGET_AVX512_SPEEDUP
@@ -86,6 +99,9 @@ def describe(wt: str, c: dict) -> list[str]:
             line += f", {r['speedup']:.2f}x the speed of {c['baseline']}"
         if "target_speedup" in r:
             line += f"; target >= {r['target_speedup']:g}x: {'yes' if r['met'] else 'NO'}"
+        if "long_text_audio_per_s" in r:
+            line += (f"; long text {r['long_text_batch']} at a time {r['long_text_audio_per_s']:.2f} s of audio per s"
+                     + (f" ({r['long_text_speedup']:.2f}x)" if "long_text_speedup" in r else ""))
         lines.append(line)
     return lines
 
