@@ -162,8 +162,8 @@ def print_report(rep: dict) -> None:
             for line in ([f"{wt}: failed: {c['error']}"] if "error" in c else bench_contention.describe(wt, c)):
                 print(f"    {line}")
     if rep.get("cpu_variants"):
-        print(f"  CPU variants (streamed synthesis, {rep['frames']} frames, greedy, and the long text once where "
-              f"timed; one process each):")
+        print(f"  CPU variants (streamed synthesis, {rep['frames']} frames, greedy, and the long text's better of "
+              f"two runs where timed; one process each):")
         for wt, c in rep["cpu_variants"].items():
             for line in bench_variants.describe(wt, c):
                 print(f"    {line}")

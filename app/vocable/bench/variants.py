@@ -4,9 +4,9 @@ ggml's CPU backend is loaded once per process, so each variant runs in a child p
 VOCABLE_CPU_VARIANT set (which lowers the engine's own kernels with it: haswell runs the AVX2
 GEMM, zen4 the AVX512 one, alderlake the AVX2 one with AVX-VNNI dots). Every child times the
 bench's streamed synthesis on the same model and clip, and, unless --no-long-text, the long text
---batch segments at a time; the report gives each variant's real-time factor and its speed-up
-over the first variant listed, next to the target for AVX512 over AVX2 (1.3x), and the long
-text's audio per second with its speed-up.
+--batch segments at a time (the better of two runs); the report gives each variant's real-time
+factor and its speed-up over the first variant listed, next to the target for AVX512 over AVX2
+(1.3x), and the long text's audio per second with its speed-up.
 """
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ import sys
 from ..errors import VocableError
 
 TARGET_AVX512_SPEEDUP = 1.3
+LONG_TEXT_RUNS = 2
 CHILD_TIMEOUT_S = 1800
 
 
 def variant_run(gguf: str, clip_path: str, threads: str, frames: str, repeats: str, batch: str = "0") -> None:
     """In a child process: 1 warm-up + `repeats` timed syntheses, then (batch > 1) the long text
-    `batch` segments at a time, once; prints one JSON line."""
+    `batch` segments at a time, the better of LONG_TEXT_RUNS runs; prints one JSON line."""
     import numpy as np
 
     from .. import _engine
@@ -36,9 +37,10 @@ def variant_run(gguf: str, clip_path: str, threads: str, frames: str, repeats: s
     with Engine(gguf, threads=int(threads)) as engine:
         voice = engine.embed_voice(np.load(clip_path), SAMPLE_RATE)
         result = measure(lambda: timed_synthesis(engine, voice, int(frames)), int(repeats))
-        if int(batch) > 1:
+        if int(batch) > 1:   # the better of two runs: one run is at the mercy of a neighbour's burst
             result["long_text_batch"] = int(batch)
-            result["long_text_audio_per_s"] = batched_audio_per_s(engine, voice, int(frames), int(batch))
+            result["long_text_audio_per_s"] = max(batched_audio_per_s(engine, voice, int(frames), int(batch))
+                                                  for _ in range(LONG_TEXT_RUNS))
     print(json.dumps({"info": _engine.system_info(), **result}), flush=True)
 
 
