@@ -13,6 +13,7 @@
 #include <string>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#    include <cpuid.h>
 #    include <immintrin.h>
 #    define QT_INTERLEAVED_X86 1
 #    if !defined(__clang__)
@@ -519,9 +520,16 @@ bool use_vnni() {
     return vnni && g_dots.load(std::memory_order_relaxed) != interleaved_dots::no_vnni;
 }
 
+// CPUID leaf 7, subleaf 1, EAX bit 4 (compilers' __builtin_cpu_supports names it only lately: clang
+// 14 does not). Asked only where the AVX2 kernels run, so the OS saves the 256-bit registers.
+bool processor_has_avx_vnni() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0;
+}
+
 bool use_avx_vnni() {
     static const bool variant = variant_has("AVX_VNNI");
-    static const bool cpu = __builtin_cpu_supports("avxvnni");
+    static const bool cpu = processor_has_avx_vnni();
     const interleaved_dots dots = g_dots.load(std::memory_order_relaxed);
     return cpu && (dots == interleaved_dots::avx_vnni || (variant && dots == interleaved_dots::variant));
 }
