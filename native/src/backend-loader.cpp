@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <sstream>
 #include <string_view>
 
 #if defined(_WIN32)
@@ -325,6 +326,16 @@ devices_found devices_loaded() {
     std::stable_partition(found.devices.begin(), found.devices.end(),
                           [](const device_info & d) { return d.kind == "cpu"; });
     return found;
+}
+
+bool cpu_backend_info::has_feature(const char * name) const {
+    std::istringstream words(features);
+    for (std::string word; words >> word;) {
+        if (word == name) {
+            return true;
+        }
+    }
+    return false;
 }
 
 std::string cpu_backend_info::describe(const char * kernels) const {

@@ -22,6 +22,8 @@ struct cpu_backend_info {
     // where it cannot be found, and then nothing may assume ggml's per-type kernels.
     const ggml_type_traits_cpu * (*type_traits)(ggml_type) = nullptr;
 
+    // Whether `features` lists `name` as a word ("AVX512" is not "AVX512_VNNI").
+    bool has_feature(const char * name) const;
     // "zen4 (SSE3 ... AVX512 ...); kernels: avx512; variants: zen4, icelake, ..., x64"
     // (qt_system_info()), with the kernels of cpu-ops.h that run beside it.
     std::string describe(const char * kernels) const;

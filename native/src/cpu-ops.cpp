@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <sstream>
 #include <vector>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -25,28 +24,18 @@ namespace qt {
 
 namespace {
 
-bool has_feature(const std::string & features, const char * name) {
-    std::istringstream in(features);
-    for (std::string word; in >> word;) {
-        if (word == name) {
-            return true;
-        }
-    }
-    return false;
-}
-
 // The best kernels that this processor runs and the loaded ggml variant uses too: forcing a
 // lower variant (VOCABLE_CPU_VARIANT=haswell, x64) lowers these with it, so that one machine
 // measures and tests every path.
 cpu_kernels detect_kernels() {
 #ifdef QT_X86
-    const std::string & features = cpu_backend_loaded().features;
+    const cpu_backend_info & loaded = cpu_backend_loaded();
     // F16C is not asked for: every processor with AVX2 has it (and clang cannot ask)
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      has_feature(features, "AVX2") && has_feature(features, "FMA");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && loaded.has_feature("AVX2") &&
+                      loaded.has_feature("FMA");
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                        has_feature(features, "AVX512");
+                        loaded.has_feature("AVX512");
     return avx512 ? cpu_kernels::avx512 : avx2 ? cpu_kernels::avx2 : cpu_kernels::generic;
 #else
     return cpu_kernels::generic;

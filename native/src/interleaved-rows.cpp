@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <sstream>
 #include <string>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -505,18 +504,8 @@ std::atomic<interleaved_dots> g_dots{ interleaved_dots::variant };
 // interleaved its weights has (cpu_kernels_force() lowers the others' kernels, not below what
 // interleaved weights need); each with VNNI's dots where the ggml variant has them, so that a
 // variant chosen for an older processor (haswell, for Zen 2 and 3) also runs its instructions.
-bool variant_has(const std::string & feature) {
-    std::istringstream words(cpu_backend_loaded().features);  // "AVX2 FMA F16C AVX512 ..."
-    for (std::string word; words >> word;) {
-        if (word == feature) {
-            return true;
-        }
-    }
-    return false;
-}
-
 bool use_vnni() {
-    static const bool vnni = variant_has("AVX512_VNNI");
+    static const bool vnni = cpu_backend_loaded().has_feature("AVX512_VNNI");
     return vnni && g_dots.load(std::memory_order_relaxed) != interleaved_dots::no_vnni;
 }
 
@@ -528,7 +517,7 @@ bool processor_has_avx_vnni() {
 }
 
 bool use_avx_vnni() {
-    static const bool variant = variant_has("AVX_VNNI");
+    static const bool variant = cpu_backend_loaded().has_feature("AVX_VNNI");
     static const bool cpu = processor_has_avx_vnni();
     const interleaved_dots dots = g_dots.load(std::memory_order_relaxed);
     return cpu && (dots == interleaved_dots::avx_vnni || (variant && dots == interleaved_dots::variant));
