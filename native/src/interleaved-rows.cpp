@@ -149,6 +149,14 @@ __attribute__((always_inline, target("avx2"))) inline __m256i pair_control(int p
                             z, b + 4, z, a + 8, z, b + 8, z, a + 12, z, b + 12, z);
 }
 
+// Byte b of each 32-bit word in both of its 16-bit halves, within 128-bit lanes.
+__attribute__((always_inline, target("avx2"))) inline __m256i byte_twice(int b) {
+    const auto c = [b](int word) { return int8_t(4 * word + b); };
+    const int8_t z = int8_t(0x80);
+    return _mm256_setr_epi8(c(0), z, c(0), z, c(1), z, c(1), z, c(2), z, c(2), z, c(3), z, c(3), z, c(0), z, c(0), z,
+                            c(1), z, c(1), z, c(2), z, c(2), z, c(3), z, c(3), z);
+}
+
 __attribute__((always_inline)) inline int32_t load_i32(const void * p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -283,14 +291,19 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
 }
 
 // The same sums with 256-bit vectors: rows 0-7 of the group, then rows 8-15, each the low or high
-// 32 bytes of every 64-byte vector of the record. DOT4 and DOT2 as for QT_Q4K_GROUP_512.
-#    define QT_Q4K_GROUP_256(NAME, TARGET, DOT4, DOT2)                                                                \
+// 32 bytes of every 64-byte vector of the record. DOT4 and DOT2 as for QT_Q4K_GROUP_512. PAIRS16
+// (for AVX2 without VNNI, whose DOT4 takes three instructions): a sub-block's eight byte-pair
+// products (vpmaddubsw) add up in 16 bits, each lane at most 2 x 15 x 127 (4-bit weights, q8_K
+// values within +-127), eight of them 30480, and one vpmaddwd by the scale in both halves of each
+// word then gives the same 32-bit integer as DOT4's sums times the scale.
+#    define QT_Q4K_GROUP_256(NAME, TARGET, DOT4, DOT2, PAIRS16)                                                       \
         template <int COLS>                                                                                          \
         __attribute__((target(TARGET))) void NAME(const uint8_t * group, int nb, const block_q8_k * const * ys,     \
                                                   const int32_t * sums, float * const * out) {                      \
             const __m256i m4 = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F), two = _mm256_set1_epi8(0x03);   \
             const __m256i byte = _mm256_set1_epi32(0xFF);                                                             \
             const __m256i pairs01 = pair_control(0), pairs23 = pair_control(1);                                       \
+            const __m256i twice[4] = { byte_twice(0), byte_twice(1), byte_twice(2), byte_twice(3) };                  \
             for (int half = 0; half < 2; ++half) {                                                                    \
                 __m256 acc[COLS], accm[COLS];                                                                         \
                 for (int c = 0; c < COLS; ++c) {                                                                      \
@@ -321,13 +334,6 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
                         const __m256i s_hi = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);  \
                         constexpr int H = COLS <= 4 ? 2 : 1; /* as in the AVX512 kernels */                           \
                         for (int h0 = 0; h0 < 2; h0 += H) {                                                           \
-                            __m256i w[H][8];                                                                          \
-                            for (int q = 0; q < 8; ++q) {                                                             \
-                                const __m256i bits = half_at(rec, size_t(8 * j + q) * 64, half);                      \
-                                for (int h = 0; h < H; ++h) {                                                         \
-                                    w[h][q] = _mm256_and_si256(h0 + h ? _mm256_srli_epi16(bits, 4) : bits, m4);       \
-                                }                                                                                     \
-                            }                                                                                         \
                             __m256i a[H][COLS];                                                                       \
                             for (int h = 0; h < H; ++h) {                                                             \
                                 for (int c = 0; c < COLS; ++c) {                                                      \
@@ -335,17 +341,23 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
                                 }                                                                                     \
                             }                                                                                         \
                             for (int q = 0; q < 8; ++q) {                                                             \
+                                const __m256i bits = half_at(rec, size_t(8 * j + q) * 64, half);                      \
                                 for (int h = 0; h < H; ++h) {                                                         \
+                                    const __m256i w = _mm256_and_si256(h0 + h ? _mm256_srli_epi16(bits, 4) : bits, m4); \
                                     for (int c = 0; c < COLS; ++c) {                                                  \
                                         const int8_t * y = ys[c][i].qs + 64 * j + 32 * (h0 + h) + 4 * q;              \
-                                        a[h][c] = DOT4(a[h][c], w[h][q], _mm256_set1_epi32(load_i32(y)));             \
+                                        const __m256i  yb = _mm256_set1_epi32(load_i32(y));                           \
+                                        a[h][c] = PAIRS16 ? _mm256_add_epi16(a[h][c], _mm256_maddubs_epi16(w, yb))    \
+                                                          : DOT4(a[h][c], w, yb);                                     \
                                     }                                                                                 \
                                 }                                                                                     \
                             }                                                                                         \
                             for (int h = 0; h < H; ++h) {                                                             \
                                 for (int c = 0; c < COLS; ++c) {                                                      \
-                                    isum[c] = _mm256_add_epi32(isum[c],                                               \
-                                        _mm256_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));                           \
+                                    const int sub = 2 * (j % 2) + h0 + h; /* the scale's byte in sc[j / 2] */         \
+                                    isum[c] = _mm256_add_epi32(isum[c], PAIRS16                                       \
+                                        ? _mm256_madd_epi16(a[h][c], _mm256_shuffle_epi8(sc[j / 2], twice[sub]))      \
+                                        : _mm256_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));                         \
                                 }                                                                                     \
                             }                                                                                         \
                         }                                                                                             \
@@ -379,9 +391,10 @@ __attribute__((always_inline, target("avx2"))) inline __m256i dot4_256(__m256i a
 __attribute__((always_inline, target("avx2"))) inline __m256i dot2_256(__m256i acc, __m256i w, __m256i y) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(w, y));
 }
-QT_Q4K_GROUP_256(group_avx2, "avx2,fma,f16c", dot4_256, dot2_256)
+QT_Q4K_GROUP_256(group_avx2, "avx2,fma,f16c", dot4_256, dot2_256, true)
 // AVX-VNNI (Alder Lake and later cores without AVX512; Zen 5): one instruction per dot
-QT_Q4K_GROUP_256(group_avx2_vnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32, _mm256_dpwssd_avx_epi32)
+QT_Q4K_GROUP_256(group_avx2_vnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32, _mm256_dpwssd_avx_epi32,
+                 false)
 
 // The q8_0 kernels' output for one group of 16 rows and COLS columns: out[c][0..15]. ys[c]: the
 // column's q8_0 blocks; yd[c * nb + i], ysum[c * nb + i]: block i's scale as f32 and the sum of
@@ -428,53 +441,68 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) vo
     }
 }
 
-// The same with 256-bit vectors, rows 0-7 then 8-15, and signed bytes: |w| dotted with y carrying
-// w's sign (vpmaddubsw takes one unsigned operand; q8_0 values lie in [-127, 127], so the 16-bit
-// pair sums cannot saturate). DOT4 as for QT_Q4K_GROUP_512.
+// The same with 256-bit vectors and signed bytes: |w| dotted with y carrying w's sign (vpmaddubsw
+// takes one unsigned operand; q8_0 values lie in [-127, 127], so the 16-bit pair sums cannot
+// saturate). Rows 0-7 and 8-15 are the low and high 32 bytes of every 64-byte vector. Up to
+// k_q8_one_pass_columns columns, both halves go in one pass over the records, so that the weights
+// stream from memory without a pause; more columns would not fit the registers, and take rows 0-7
+// and then rows 8-15, the record read twice (the second time from the cache). DOT4 as for
+// QT_Q4K_GROUP_512.
+constexpr int k_q8_one_pass_columns = 2;
+
 #    define QT_Q8_GROUP_256(NAME, TARGET, DOT4)                                                                       \
         template <int COLS>                                                                                          \
         __attribute__((target(TARGET))) void NAME(const uint8_t * group, int nb, const block_q8_0 * const * ys,     \
                                                   const float * yd, const int32_t *, float * const * out) {         \
-            for (int half = 0; half < 2; ++half) {                                                                    \
-                __m256 acc[COLS];                                                                                     \
-                for (int c = 0; c < COLS; ++c) {                                                                      \
-                    acc[c] = _mm256_setzero_ps();                                                                     \
+            constexpr int H = COLS <= k_q8_one_pass_columns ? 2 : 1; /* halves per pass */                          \
+            for (int h0 = 0; h0 < 2; h0 += H) {                                                                       \
+                __m256 acc[H][COLS];                                                                                  \
+                for (int h = 0; h < H; ++h) {                                                                         \
+                    for (int c = 0; c < COLS; ++c) {                                                                  \
+                        acc[h][c] = _mm256_setzero_ps();                                                              \
+                    }                                                                                                 \
                 }                                                                                                     \
                 for (int r = 0; r < nb / int(k_q8_blocks); ++r) {                                                     \
                     const uint8_t * rec = group + size_t(r) * k_q8_record_bytes;                                      \
-                    if (half == 0) {                                                                                  \
+                    if (h0 == 0) {                                                                                    \
                         prefetch_ahead(rec, k_q8_record_bytes / 64);                                                  \
                     }                                                                                                 \
                     for (int b = 0; b < int(k_q8_blocks); ++b) {                                                      \
                         const int i = r * int(k_q8_blocks) + b;                                                       \
-                        __m256i   w[8], aw[8];                                                                        \
-                        for (int q = 0; q < 8; ++q) {                                                                 \
-                            w[q] = half_at(rec, size_t(b * 8 + q) * 64, half);                                        \
-                            aw[q] = _mm256_sign_epi8(w[q], w[q]);                                                     \
-                        }                                                                                             \
-                        __m256i a[COLS];                                                                              \
-                        for (int c = 0; c < COLS; ++c) {                                                              \
-                            a[c] = _mm256_setzero_si256();                                                            \
-                        }                                                                                             \
-                        for (int q = 0; q < 8; ++q) {                                                                 \
+                        __m256i   a[H][COLS];                                                                         \
+                        for (int h = 0; h < H; ++h) {                                                                 \
                             for (int c = 0; c < COLS; ++c) {                                                          \
-                                const __m256i y = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(ys[c][i].qs + 4 * q)),  \
-                                    w[q]);                                                                            \
-                                a[c] = DOT4(a[c], aw[q], y);                                                          \
+                                a[h][c] = _mm256_setzero_si256();                                                     \
                             }                                                                                         \
                         }                                                                                             \
-                        const __m256 xd = _mm256_cvtph_ps(                                                            \
-                            _mm_load_si128(reinterpret_cast<const __m128i *>(                                         \
-                                rec + k_q8_d_at + size_t(b) * 32 + 16 * size_t(half))));                              \
-                        for (int c = 0; c < COLS; ++c) {                                                              \
-                            const size_t at = size_t(c) * size_t(nb) + size_t(i);                                     \
-                            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, _mm256_set1_ps(yd[at])),                       \
-                                _mm256_cvtepi32_ps(a[c]), acc[c]);                                                    \
+                        for (int q = 0; q < 8; ++q) {                                                                 \
+                            __m256i y[COLS];                                                                          \
+                            for (int c = 0; c < COLS; ++c) {                                                          \
+                                y[c] = _mm256_set1_epi32(load_i32(ys[c][i].qs + 4 * q));                              \
+                            }                                                                                         \
+                            for (int h = 0; h < H; ++h) {                                                             \
+                                const __m256i w = half_at(rec, size_t(b * 8 + q) * 64, h0 + h);                      \
+                                const __m256i aw = _mm256_sign_epi8(w, w);                                            \
+                                for (int c = 0; c < COLS; ++c) {                                                      \
+                                    a[h][c] = DOT4(a[h][c], aw, _mm256_sign_epi8(y[c], w));                           \
+                                }                                                                                     \
+                            }                                                                                         \
+                        }                                                                                             \
+                        for (int h = 0; h < H; ++h) {                                                                 \
+                            const __m256 xd = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i *>(       \
+                                rec + k_q8_d_at + size_t(b) * 32 + 16 * size_t(h0 + h))));                            \
+                            for (int c = 0; c < COLS; ++c) {                                                          \
+                                const size_t at = size_t(c) * size_t(nb) + size_t(i);                                \
+                                acc[h][c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, _mm256_set1_ps(yd[at])),                \
+                                    _mm256_cvtepi32_ps(a[h][c]), acc[h][c]);                                          \
+                            }                                                                                         \
                         }                                                                                             \
                     }                                                                                                 \
                 }                                                                                                     \
-                for (int c = 0; c < COLS; ++c) {                                                                      \
-                    _mm256_storeu_ps(out[c] + 8 * half, acc[c]);                                                      \
+                for (int h = 0; h < H; ++h) {                                                                         \
+                    for (int c = 0; c < COLS; ++c) {                                                                  \
+                        _mm256_storeu_ps(out[c] + 8 * (h0 + h), acc[h][c]);                                           \
+                    }                                                                                                 \
                 }                                                                                                     \
             }                                                                                                         \
         }
