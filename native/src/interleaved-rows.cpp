@@ -180,9 +180,14 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * at, si
 
 // The q4_K kernels' output for one group of 16 rows and COLS columns (COLS <= k_group_columns):
 // out[c][0..15] = the rows dotted with column c. ys[c]: the column's q8_K blocks; the four words
-// at sums + (c * nb + i) * 4: its eight 32-value sums of block i, paired (sums_of_32). DOT4(acc, w, y) adds the dot of each 32-bit lane's four
-// unsigned bytes w by four signed bytes y; DOT2(acc, w, y) of two 16-bit pairs.
-#    define QT_Q4K_GROUP_512(NAME, TARGET, DOT4, DOT2)                                                                \
+// at sums + (c * nb + i) * 4: its eight 32-value sums of block i, paired (sums_of_32).
+// DOT4(acc, w, y) adds the dot of each 32-bit lane's four unsigned bytes w by four signed bytes y;
+// DOT2(acc, w, y) of two 16-bit pairs. PAIRS16, for the dots without VNNI (where DOT4 takes three
+// instructions): a sub-block's eight byte-pair products (vpmaddubsw) add up in 16 bits, each lane
+// at most 2 x 15 x 127 (4-bit weights, q8_K values within +-127), eight of them 30480, and one
+// vpmaddwd by the scale in both halves of each word then gives the same 32-bit integer as DOT4's
+// sums times the scale (vpmulld).
+#    define QT_Q4K_GROUP_512(NAME, TARGET, DOT4, DOT2, PAIRS16)                                                       \
         template <int COLS>                                                                                          \
         __attribute__((target(TARGET))) void NAME(const uint8_t * group, int nb, const block_q8_k * const * ys,     \
                                                   const int32_t * sums, float * const * out) {                      \
@@ -195,6 +200,8 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * at, si
             const __m512i byte = _mm512_set1_epi32(0xFF);                                                             \
             const __m512i pairs01 = _mm512_broadcast_i64x4(pair_control(0)),                                          \
                           pairs23 = _mm512_broadcast_i64x4(pair_control(1));                                          \
+            const __m512i twice[4] = { _mm512_broadcast_i64x4(byte_twice(0)), _mm512_broadcast_i64x4(byte_twice(1)),  \
+                                       _mm512_broadcast_i64x4(byte_twice(2)), _mm512_broadcast_i64x4(byte_twice(3)) };\
             for (int i = 0; i < nb; ++i) {                                                                            \
                 const uint8_t * rec = group + size_t(i) * k_record_bytes;                                             \
                 const auto *    qs = reinterpret_cast<const __m512i *>(rec);                                          \
@@ -242,13 +249,18 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * at, si
                             for (int h = 0; h < H; ++h) {                                                             \
                                 for (int c = 0; c < COLS; ++c) {                                                      \
                                     const int8_t * y = ys[c][i].qs + 64 * j + 32 * (h0 + h) + 4 * q;                  \
-                                    a[h][c] = DOT4(a[h][c], w[h][q], _mm512_set1_epi32(load_i32(y)));                 \
+                                    const __m512i  yb = _mm512_set1_epi32(load_i32(y));                               \
+                                    a[h][c] = PAIRS16 ? _mm512_add_epi16(a[h][c], _mm512_maddubs_epi16(w[h][q], yb))  \
+                                                      : DOT4(a[h][c], w[h][q], yb);                                   \
                                 }                                                                                     \
                             }                                                                                         \
                         }                                                                                             \
                         for (int h = 0; h < H; ++h) {                                                                 \
                             for (int c = 0; c < COLS; ++c) {                                                          \
-                                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo)); \
+                                const int sub = 2 * (j % 2) + h0 + h; /* as in QT_Q4K_GROUP_256 */                    \
+                                isum[c] = _mm512_add_epi32(isum[c], PAIRS16                                           \
+                                    ? _mm512_madd_epi16(a[h][c], _mm512_shuffle_epi8(sc[j / 2], twice[sub]))          \
+                                    : _mm512_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));                             \
                             }                                                                                         \
                         }                                                                                             \
                     }                                                                                                 \
@@ -273,7 +285,7 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * at, si
         }
 
 QT_Q4K_GROUP_512(group_512_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni", _mm512_dpbusd_epi32,
-                 _mm512_dpwssd_epi32)
+                 _mm512_dpwssd_epi32, false)
 
 __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw"))) inline __m512i dot4_512(__m512i acc, __m512i w,
                                                                                                 __m512i y) {
@@ -283,7 +295,7 @@ __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw"))) inline 
                                                                                                 __m512i y) {
     return _mm512_add_epi32(acc, _mm512_madd_epi16(w, y));
 }
-QT_Q4K_GROUP_512(group_512, "avx2,fma,f16c,avx512f,avx512vl,avx512bw", dot4_512, dot2_512)
+QT_Q4K_GROUP_512(group_512, "avx2,fma,f16c,avx512f,avx512vl,avx512bw", dot4_512, dot2_512, true)
 
 // Rows 0-7 (half 0) or 8-15 (half 1) of the record's 64-byte vector at `offset`.
 __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint8_t * rec, size_t offset, int half) {
@@ -291,11 +303,7 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
 }
 
 // The same sums with 256-bit vectors: rows 0-7 of the group, then rows 8-15, each the low or high
-// 32 bytes of every 64-byte vector of the record. DOT4 and DOT2 as for QT_Q4K_GROUP_512. PAIRS16
-// (for AVX2 without VNNI, whose DOT4 takes three instructions): a sub-block's eight byte-pair
-// products (vpmaddubsw) add up in 16 bits, each lane at most 2 x 15 x 127 (4-bit weights, q8_K
-// values within +-127), eight of them 30480, and one vpmaddwd by the scale in both halves of each
-// word then gives the same 32-bit integer as DOT4's sums times the scale.
+// 32 bytes of every 64-byte vector of the record. DOT4, DOT2 and PAIRS16 as for QT_Q4K_GROUP_512.
 #    define QT_Q4K_GROUP_256(NAME, TARGET, DOT4, DOT2, PAIRS16)                                                       \
         template <int COLS>                                                                                          \
         __attribute__((target(TARGET))) void NAME(const uint8_t * group, int nb, const block_q8_k * const * ys,     \
