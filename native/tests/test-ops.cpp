@@ -471,6 +471,7 @@ std::vector<uint8_t> quantized(ggml_type type, const std::vector<float> & w, int
 void test_mat_vecs(const qt::cpu_backend & backend) {
     struct shape {
         int64_t K, N, B;
+        bool    largest = false;  // the kernels' 16-bit pair sums at their largest
     };
     for (int level = 0; level <= int(qt::cpu_kernels_best()); ++level) {
         qt::cpu_kernels_force(qt::cpu_kernels(level));
@@ -623,6 +624,7 @@ void test_interleaved(const qt::cpu_backend & backend, ggml_type type) {
     const ggml_type dot_type = type == GGML_TYPE_Q4_K ? GGML_TYPE_Q8_K : GGML_TYPE_Q8_0;
     struct shape {
         int64_t K, N, B;
+        bool    largest = false;  // the kernels' 16-bit pair sums at their largest
     };
     std::vector<std::vector<float>> first_level;
     // Each kernel level with the dots the variant gives it, then forms the variant may not run on
@@ -650,13 +652,24 @@ void test_interleaved(const qt::cpu_backend & backend, ggml_type type) {
         size_t n_case = 0;
         for (shape sh : { shape{ 256, 16, 1 }, shape{ 512, 48, 3 }, shape{ 1024, 80, 8 }, shape{ 768, 32, 9 },
                           shape{ 256, 64, 16 }, shape{ 512, 16, 4 }, shape{ 256, 32, 45 }, shape{ 64, 32, 2 },
-                          shape{ 192, 16, 5 } }) {
+                          shape{ 192, 16, 5 }, shape{ 512, 32, 3, true } }) {
             if (sh.K % (type == GGML_TYPE_Q4_K ? 256 : 64) != 0) {
                 continue;
             }
             std::mt19937 rng(uint32_t(sh.K + sh.N * 7 + sh.B * 13));
-            const auto   w = random_vector(size_t(sh.K * sh.N), rng);
+            auto         w = random_vector(size_t(sh.K * sh.N), rng);
             std::vector<float> x = random_vector(size_t((sh.K + 8) * sh.B), rng);  // columns 8 floats apart
+            if (sh.largest) {
+                // One value in 32 at -1 and the rest at +1 quantize to 4-bit weights 0 and 15 (q4_K)
+                // or to +-127 (q8_0); columns all +1 or all -1, to +-127: every byte-pair sum of a
+                // sub-block at its bound (the kernels' 16-bit sums must not overflow).
+                for (size_t i = 0; i < w.size(); ++i) {
+                    w[i] = i % 32 == 0 ? -1.0f : 1.0f;
+                }
+                for (int64_t c = 0; c < 2; ++c) {
+                    std::fill_n(x.data() + c * (sh.K + 8), sh.K, c == 0 ? 1.0f : -1.0f);
+                }
+            }
             if (sh.B == 4) {
                 const std::vector<float> edges = q8k_edge_columns(sh.K);
                 for (int64_t c = 0; c < 4; ++c) {
