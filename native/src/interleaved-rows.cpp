@@ -257,7 +257,7 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * at, si
                         }                                                                                             \
                         for (int h = 0; h < H; ++h) {                                                                 \
                             for (int c = 0; c < COLS; ++c) {                                                          \
-                                const int sub = 2 * (j % 2) + h0 + h; /* as in QT_Q4K_GROUP_256 */                    \
+                                const int sub = 2 * (j % 2) + h0 + h; /* the scale's byte in sc[j / 2] */             \
                                 isum[c] = _mm512_add_epi32(isum[c], PAIRS16                                           \
                                     ? _mm512_madd_epi16(a[h][c], _mm512_shuffle_epi8(sc[j / 2], twice[sub]))          \
                                     : _mm512_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));                             \
@@ -362,7 +362,7 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
                             }                                                                                         \
                             for (int h = 0; h < H; ++h) {                                                             \
                                 for (int c = 0; c < COLS; ++c) {                                                      \
-                                    const int sub = 2 * (j % 2) + h0 + h; /* the scale's byte in sc[j / 2] */         \
+                                    const int sub = 2 * (j % 2) + h0 + h; /* as in QT_Q4K_GROUP_512 */                 \
                                     isum[c] = _mm256_add_epi32(isum[c], PAIRS16                                       \
                                         ? _mm256_madd_epi16(a[h][c], _mm256_shuffle_epi8(sc[j / 2], twice[sub]))      \
                                         : _mm256_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));                         \
