@@ -149,12 +149,14 @@ __attribute__((always_inline, target("avx2"))) inline __m256i pair_control(int p
                             z, b + 4, z, a + 8, z, b + 8, z, a + 12, z, b + 12, z);
 }
 
-// Byte b of each 32-bit word in both of its 16-bit halves, within 128-bit lanes.
-__attribute__((always_inline, target("avx2"))) inline __m256i byte_twice(int b) {
-    const auto c = [b](int word) { return int8_t(4 * word + b); };
+// Byte b of each 32-bit word as that word (`twice` false: for vpmulld) or in both of its 16-bit
+// halves (`twice`: for vpmaddwd), within 128-bit lanes.
+__attribute__((always_inline, target("avx2"))) inline __m256i byte_control(int b, bool twice) {
+    const auto   c = [b](int word) { return int8_t(4 * word + b); };
     const int8_t z = int8_t(0x80);
-    return _mm256_setr_epi8(c(0), z, c(0), z, c(1), z, c(1), z, c(2), z, c(2), z, c(3), z, c(3), z, c(0), z, c(0), z,
-                            c(1), z, c(1), z, c(2), z, c(2), z, c(3), z, c(3), z);
+    const auto   t = [&](int word) { return twice ? c(word) : z; };
+    return _mm256_setr_epi8(c(0), z, t(0), z, c(1), z, t(1), z, c(2), z, t(2), z, c(3), z, t(3), z, c(0), z, t(0), z,
+                            c(1), z, t(1), z, c(2), z, t(2), z, c(3), z, t(3), z);
 }
 
 __attribute__((always_inline)) inline int32_t load_i32(const void * p) {
@@ -197,11 +199,13 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * at, si
                 accm[c] = _mm512_setzero_ps();                                                                        \
             }                                                                                                         \
             const __m512i m4 = _mm512_set1_epi8(0x0F), low6 = _mm512_set1_epi8(0x3F), two = _mm512_set1_epi8(0x03);   \
-            const __m512i byte = _mm512_set1_epi32(0xFF);                                                             \
             const __m512i pairs01 = _mm512_broadcast_i64x4(pair_control(0)),                                          \
                           pairs23 = _mm512_broadcast_i64x4(pair_control(1));                                          \
-            const __m512i twice[4] = { _mm512_broadcast_i64x4(byte_twice(0)), _mm512_broadcast_i64x4(byte_twice(1)),  \
-                                       _mm512_broadcast_i64x4(byte_twice(2)), _mm512_broadcast_i64x4(byte_twice(3)) };\
+            /* sub-block 2j + g's scale (g = h0 + h: low nibbles 0, high 1) is byte 2 (j % 2) + g of sc[j / 2] */\
+            const __m512i scale_of[4] = { _mm512_broadcast_i64x4(byte_control(0, PAIRS16)),                           \
+                                          _mm512_broadcast_i64x4(byte_control(1, PAIRS16)),                           \
+                                          _mm512_broadcast_i64x4(byte_control(2, PAIRS16)),                           \
+                                          _mm512_broadcast_i64x4(byte_control(3, PAIRS16)) };                         \
             for (int i = 0; i < nb; ++i) {                                                                            \
                 const uint8_t * rec = group + size_t(i) * k_record_bytes;                                             \
                 const auto *    qs = reinterpret_cast<const __m512i *>(rec);                                          \
@@ -225,9 +229,6 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * at, si
                 }                                                                                                     \
                 for (int j = 0; j < 4; ++j) {                                                                         \
                     prefetch_ahead(rec + size_t(j) * k_lines_per_step * 64, k_lines_per_step);                        \
-                    /* sub-blocks 2j (low nibbles) and 2j + 1 (high): bytes 0 / 2 and 1 / 3 of their word */         \
-                    const __m512i s_lo = _mm512_and_si512(_mm512_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);          \
-                    const __m512i s_hi = _mm512_and_si512(_mm512_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);      \
                     /* both halves at once for few columns, else one: each step of q then feeds   */           \
                     /* COLS * H independent sums, enough to hide the dot's latency                  */           \
                     constexpr int H = COLS <= 4 ? 2 : 1;                                                              \
@@ -256,11 +257,10 @@ __attribute__((always_inline)) inline void prefetch_ahead(const uint8_t * at, si
                             }                                                                                         \
                         }                                                                                             \
                         for (int h = 0; h < H; ++h) {                                                                 \
+                            const __m512i scale = _mm512_shuffle_epi8(sc[j / 2], scale_of[2 * (j % 2) + h0 + h]);     \
                             for (int c = 0; c < COLS; ++c) {                                                          \
-                                const int sub = 2 * (j % 2) + h0 + h; /* the scale's byte in sc[j / 2] */             \
-                                isum[c] = _mm512_add_epi32(isum[c], PAIRS16                                           \
-                                    ? _mm512_madd_epi16(a[h][c], _mm512_shuffle_epi8(sc[j / 2], twice[sub]))          \
-                                    : _mm512_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));                             \
+                                isum[c] = _mm512_add_epi32(isum[c], PAIRS16 ? _mm512_madd_epi16(a[h][c], scale)       \
+                                                                            : _mm512_mullo_epi32(a[h][c], scale));    \
                             }                                                                                         \
                         }                                                                                             \
                     }                                                                                                 \
@@ -309,9 +309,9 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
         __attribute__((target(TARGET))) void NAME(const uint8_t * group, int nb, const block_q8_k * const * ys,     \
                                                   const int32_t * sums, float * const * out) {                      \
             const __m256i m4 = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi8(0x3F), two = _mm256_set1_epi8(0x03);   \
-            const __m256i byte = _mm256_set1_epi32(0xFF);                                                             \
             const __m256i pairs01 = pair_control(0), pairs23 = pair_control(1);                                       \
-            const __m256i twice[4] = { byte_twice(0), byte_twice(1), byte_twice(2), byte_twice(3) };                  \
+            const __m256i scale_of[4] = { byte_control(0, PAIRS16), byte_control(1, PAIRS16),                        \
+                                          byte_control(2, PAIRS16), byte_control(3, PAIRS16) }; /* as for 512 */      \
             for (int half = 0; half < 2; ++half) {                                                                    \
                 __m256 acc[COLS], accm[COLS];                                                                         \
                 for (int c = 0; c < COLS; ++c) {                                                                      \
@@ -338,8 +338,6 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
                     }                                                                                                 \
                     for (int j = 0; j < 4; ++j) {                                                                     \
                         prefetch_ahead(rec + size_t(j) * k_lines_per_step * 64, k_lines_per_step);                    \
-                        const __m256i s_lo = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2)), byte);      \
-                        const __m256i s_hi = _mm256_and_si256(_mm256_srli_epi32(sc[j / 2], 16 * (j % 2) + 8), byte);  \
                         constexpr int H = COLS <= 4 ? 2 : 1; /* as in the AVX512 kernels */                           \
                         for (int h0 = 0; h0 < 2; h0 += H) {                                                           \
                             __m256i a[H][COLS];                                                                       \
@@ -361,11 +359,10 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
                                 }                                                                                     \
                             }                                                                                         \
                             for (int h = 0; h < H; ++h) {                                                             \
+                                const __m256i scale = _mm256_shuffle_epi8(sc[j / 2], scale_of[2 * (j % 2) + h0 + h]); \
                                 for (int c = 0; c < COLS; ++c) {                                                      \
-                                    const int sub = 2 * (j % 2) + h0 + h; /* as in QT_Q4K_GROUP_512 */                 \
-                                    isum[c] = _mm256_add_epi32(isum[c], PAIRS16                                       \
-                                        ? _mm256_madd_epi16(a[h][c], _mm256_shuffle_epi8(sc[j / 2], twice[sub]))      \
-                                        : _mm256_mullo_epi32(a[h][c], h0 + h ? s_hi : s_lo));                         \
+                                    isum[c] = _mm256_add_epi32(isum[c], PAIRS16 ? _mm256_madd_epi16(a[h][c], scale)   \
+                                                                                : _mm256_mullo_epi32(a[h][c], scale)); \
                                 }                                                                                     \
                             }                                                                                         \
                         }                                                                                             \
