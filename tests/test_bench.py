@@ -1,9 +1,10 @@
-"""`vocable bench` plumbing, on small models: the random-model builder (safetensors writer, byte
-tokenizer, conversion cache), the table and JSON report, the reference subprocess and the
+"""`vocable bench` plumbing, on small models: the random-model builder (safetensors writer, the real
+text tokenizer, conversion cache), the table and JSON report, the reference subprocess and the
 agreement check. The full-size benchmark itself is not run here."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -55,26 +56,24 @@ def test_real_spec_has_the_published_sizes():
         engine_name(name)
 
 
-def test_byte_tokenizer_keeps_the_real_special_ids(tmp_path):
-    from tokenizers import Tokenizer, models
-
-    ids = bench_model.write_text_tokenizer(tmp_path)
-    cfg = bench_model.real_0_6b_spec().config
-    assert [ids[t] for t in ("<|im_start|>", "<|im_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>")] == \
-        [cfg[k] for k in ("im_start_token_id", "im_end_token_id", "tts_pad_token_id", "tts_bos_token_id",
-                          "tts_eos_token_id")]
-    vocab = json.loads((tmp_path / "vocab.json").read_text(encoding="utf-8"))
-    assert sorted(vocab.values()) == list(range(bench_model.QWEN_TEXT_VOCAB))
-    # a tokenizer that numbers added tokens from the vocabulary size gets the real ids
-    tok = Tokenizer(models.BPE.from_file(str(tmp_path / "vocab.json"), str(tmp_path / "merges.txt")))
-    tok.add_special_tokens(bench_model.ADDED_TOKENS)
-    assert tok.token_to_id("<|im_start|>") == 151644 and tok.token_to_id("<tts_text_eod>") == 151673
-    # the engine's tokenizer accepts it: the prompt template splits as with the real Qwen vocabulary
+def test_bench_model_speaks_through_the_real_qwen_tokenizer(tmp_path):
+    spec = bench_model.real_0_6b_spec()
+    files = bench_model.read_tokenizer_files(spec.tokenizer_dir)
+    # the shipped vocabulary and merges are Qwen's bytes (checksums of data/qwen-tokenizer/SOURCE.md)
+    assert hashlib.sha256(files["vocab.json"]).hexdigest() == \
+        "ca10d7e9fb3ed18575dd1e277a2579c16d108e32f27439684afa0e10b1440910"
+    assert hashlib.sha256(files["merges.txt"]).hexdigest() == \
+        "b8e04af9c950e393054010dcef499c3f005e803e9b2da1a09b96a26c33266eb1"
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "config.json").write_text(json.dumps(spec.config))
     from vocable.engine.text import TextTokenizer
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    prompt = TextTokenizer.from_folder(tmp_path).target_prompt("The dog was a bass.")
+    # from_folder refuses a config whose special ids differ from the tokenizer's
+    tok = TextTokenizer.from_folder(tmp_path)
+    assert tok.vocab_size == 151674
+    prompt = tok.target_prompt("The dog was a bass.")
     assert prompt.role == [151644, 77091, 198] and list(prompt.ids[-5:]) == [151645, 198, 151644, 77091, 198]
-    assert len(prompt.text) == len("The dog was a bass.") - 3   # bytes, but "as" (twice) and "ass" merge
+    assert len(prompt.text) == 6   # "The", " dog", " was", " a", " bass", ".": words, not bytes
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@ streaming synthesis (chunks, result, cancel, files, decode)."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -495,3 +497,40 @@ def test_forgotten_prompts_prime_the_decoder_again(converted, caplog):
     primed = [r.getMessage() for r in caplog.records if "codec decoder primed with" in r.getMessage()]
     assert len(primed) == 2 and not any(line.endswith("(its state from the cache)") for line in primed), primed
     assert first.mode == again.mode == "in-context"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+@pytest.mark.parametrize("mapped_apart", [False, True])
+def test_an_engine_process_gives_freed_large_blocks_back(converted, mapped_apart):
+    """glibc raises its mmap threshold once a large block is freed, so later large blocks land in
+    the heap and stay resident after free while anything above them lives. An engine keeps every
+    block of 128 KiB or more in a mapping of its own instead (the control shows the difference)."""
+    probe = f"""
+import ctypes
+from vocable import Engine
+
+def rss_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) // 1024
+
+if {mapped_apart}:
+    Engine({str(converted("0.6b", "q8_0"))!r}, threads=1).close()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+libc.free(libc.malloc(1 << 20))   # by glibc's default, later 1 MiB blocks come from the heap
+before = rss_mib()
+blocks = [libc.malloc(1 << 20) for _ in range(32)]
+for b in blocks:
+    libc.memset(b, 1, 1 << 20)
+for b in blocks[:-1]:   # the last one keeps the heap from being trimmed
+    libc.free(b)
+print(rss_mib() - before)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    kept_mib = int(out.stdout.split()[-1])
+    if mapped_apart:
+        assert kept_mib <= 4, f"{kept_mib} MiB of freed blocks stayed resident"
+    else:
+        assert kept_mib >= 24, f"the control kept only {kept_mib} MiB: the probe no longer shows glibc's default"

@@ -19,6 +19,7 @@ from vocable.engine.sentences import (MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, expe
 from vocable.engine.text import ROLE, SpecialIds, TextError, TextTokenizer
 
 TOKENS = REPO / "tests" / "fixtures" / "tokens"
+QWEN = REPO / "app" / "vocable" / "data" / "qwen-tokenizer"
 VOCABS = ("tiny", "qwen")
 
 
@@ -28,9 +29,9 @@ def expected(vocab: str) -> dict:
 
 def qwen_files() -> tuple[str, str, str]:
     def gz(name):
-        with gzip.open(TOKENS / f"qwen-{name}.gz", "rt", encoding="utf-8") as f:
+        with gzip.open(QWEN / f"{name}.gz", "rt", encoding="utf-8") as f:
             return f.read()
-    return gz("vocab.json"), gz("merges.txt"), (TOKENS / "qwen-tokenizer_config.json").read_text(encoding="utf-8")
+    return gz("vocab.json"), gz("merges.txt"), (QWEN / "tokenizer_config.json").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -442,3 +443,4 @@ def test_the_shared_tokenizers_are_bounded_and_keyed_by_content():
         TextTokenizer._shared(vocab, merges, config + "\n" * (n + 1), ids)
     assert len(TextTokenizer._shared_by_content) == TextTokenizer._SHARED_MAX
     assert TextTokenizer._shared(vocab, merges, config, ids) is not base   # evicted, built anew
+

@@ -152,6 +152,10 @@ def _ggml() -> Component:
 def _bundled_libraries() -> list[Component]:
     """Libraries the Python distributions carry without metadata of their own."""
     extra = [_ggml()]
+    if (DATA / "qwen-tokenizer" / "SOURCE.md").is_file():
+        extra.append(Component("Qwen text tokenizer", "Qwen2.5/Qwen3", "Apache-2.0",
+                               "the vocabulary of the benchmark's random model, in data/qwen-tokenizer",
+                               _standard_texts("Apache-2.0")))
     try:
         import soundfile
         copying = tuple(t for t in _texts(metadata.distribution("soundfile")) if t.title.startswith("_soundfile_data/"))

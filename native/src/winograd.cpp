@@ -98,9 +98,22 @@ struct tiling {
     int64_t base(int64_t n) const { return n / dilation * dilation * k_m + n % dilation; }
 };
 
-// userdata of both transforms: the dilation.
-void *  pack_dilation(int64_t dilation) { return reinterpret_cast<void *>(intptr_t(dilation)); }
-int64_t unpack_dilation(void * userdata) { return int64_t(reinterpret_cast<intptr_t>(userdata)); }
+// userdata of both transforms: the dilation, the piece's first tile, and for the output
+// transform whether it writes into the outputs of the pieces before it (src[0]) in place.
+struct piece {
+    int64_t dilation;
+    int64_t first_tile;
+    bool    in_place;
+};
+
+void * pack_piece(const piece & p) {
+    return reinterpret_cast<void *>(uintptr_t(p.first_tile) << 9 | uintptr_t(p.in_place) << 8 | uintptr_t(p.dilation));
+}
+
+piece unpack_piece(void * userdata) {
+    const uintptr_t u = reinterpret_cast<uintptr_t>(userdata);
+    return { int64_t(u & 0xff), int64_t(u >> 9), (u >> 8 & 1) != 0 };
+}
 
 void split(int64_t n, int ith, int nth, int64_t * first, int64_t * last) {
     *first = n * ith / nth;
@@ -144,18 +157,19 @@ QT_INLINE void combine(float * out, const float * const * rows, const float * co
     }
 }
 
-// src[0] = x (C, 6 d + T), dst = V (C, tiles, points); userdata = d.
+// src[0] = x (C, 6 d + T), dst = V (C, tiles, points) for the piece's tiles; userdata: the piece.
 QT_INLINE void input_transform(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * x = dst->src[0];
-    const int64_t       d = unpack_dilation(userdata);
+    const piece         pc = unpack_piece(userdata);
+    const int64_t       d = pc.dilation;
     const int64_t       C = x->ne[0];
     const int64_t       t_in = x->ne[1];
     const tiling        tl(d, t_in - (k_r - 1) * d);
     const transforms &  tf = winograd();
     int64_t             first = 0, last = 0;
-    split(tl.n_tiles, ith, nth, &first, &last);
+    split(dst->ne[1], ith, nth, &first, &last);
     for (int64_t n = first; n < last; ++n) {
-        const int64_t base = tl.base(n);
+        const int64_t base = tl.base(pc.first_tile + n);
         const float * in[k_a];
         for (int i = 0; i < k_a; ++i) {
             const int64_t t = base + d * i;
@@ -182,19 +196,21 @@ QT_INLINE void input_transform(ggml_tensor * dst, int ith, int nth, void * userd
     }
 }
 
-// src[0] = M (C, tiles, points), src[1] = bias (C) or null; dst = y (C, T); userdata = d.
+// src = { M (C, tiles, points) of the piece's tiles, bias (C) or null }, after y (C, T) where in
+// place; dst = y, of which the piece writes its tiles' outputs; userdata: the piece.
 QT_INLINE void output_transform(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    const ggml_tensor * m = dst->src[0];
-    const ggml_tensor * b = dst->src[1];
-    const int64_t       d = unpack_dilation(userdata);
+    const piece         pc = unpack_piece(userdata);
+    const ggml_tensor * m = dst->src[pc.in_place ? 1 : 0];
+    const ggml_tensor * b = dst->src[pc.in_place ? 2 : 1];
+    const int64_t       d = pc.dilation;
     const int64_t       C = dst->ne[0];
     const tiling        tl(d, dst->ne[1]);
     const transforms &  tf = winograd();
     int64_t             first = 0, last = 0;
-    split(tl.n_tiles, ith, nth, &first, &last);
+    split(m->ne[1], ith, nth, &first, &last);
     static const float one = 1.0f;
     for (int64_t n = first; n < last; ++n) {
-        const int64_t base = tl.base(n);
+        const int64_t base = tl.base(pc.first_tile + n);
         for (int j = 0; j < k_m; ++j) {
             const int64_t t = base + d * j;
             if (t >= tl.t_out) {
@@ -256,17 +272,17 @@ const tap_combination & winograd_weight_transform() {
     return combination;
 }
 
-ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation) {
+ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
+                            int64_t piece_bytes) {
     const int64_t c_in = w->ne[0];
     const int64_t c_out = w->ne[2];
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] == c_in && x->ne[2] == 1 &&
                 x->ne[3] == 1);
     GGML_ASSERT(w->ne[1] == k_r && w->ne[3] == 1);
     GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == c_out));
-    GGML_ASSERT(dilation >= 1 && x->ne[1] > int64_t(k_r - 1) * dilation);
+    GGML_ASSERT(dilation >= 1 && dilation < 256 && x->ne[1] > int64_t(k_r - 1) * dilation);  // 8 bits of a piece
     const int64_t t_out = x->ne[1] - int64_t(k_r - 1) * dilation;
     const tiling  tl(dilation, t_out);
-    void *        data = pack_dilation(dilation);
     ggml_custom_op_t input_op = input_generic, output_op = output_generic;
 #ifdef QT_WINOGRAD_X86
     switch (cpu_kernels_active()) {
@@ -276,13 +292,32 @@ ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w
     }
 #endif
 
-    ggml_tensor * in_args[] = { x };
-    ggml_tensor * v = ggml_custom_4d(ctx, GGML_TYPE_F32, c_in, tl.n_tiles, k_a, 1, in_args, 1, input_op,
-                                     GGML_N_TASKS_MAX, data);
-    ggml_tensor * m = dense_taps(ctx, w, winograd_weight_transform(), v);  // (C_out, tiles, points): one product per point
-    ggml_tensor * out_args[] = { m, b };
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, c_out, t_out, 1, 1, out_args, b ? 2 : 1, output_op, GGML_N_TASKS_MAX,
-                          data);
+    // A piece's transformed inputs and products are dead once its outputs are written, so the
+    // compute buffer holds one piece's instead of all of them: at 24 kHz, 8 frames of 96 channels
+    // transform into 29 MiB. Each tile is computed alike in any piece (the GEMM's sums run over
+    // the channels only).
+    GGML_ASSERT(piece_bytes > 0);
+    const int64_t tile_bytes = (c_in + c_out) * k_a * int64_t(sizeof(float));
+    const int64_t n_pieces = std::min(tl.n_tiles, (tl.n_tiles * tile_bytes + piece_bytes - 1) / piece_bytes);
+    ggml_tensor * y = nullptr;
+    for (int64_t i = 0; i < n_pieces; ++i) {
+        const int64_t first = tl.n_tiles * i / n_pieces;
+        const int64_t count = tl.n_tiles * (i + 1) / n_pieces - first;
+        ggml_tensor * in_args[] = { x };
+        ggml_tensor * v = ggml_custom_4d(ctx, GGML_TYPE_F32, c_in, count, k_a, 1, in_args, 1, input_op,
+                                         GGML_N_TASKS_MAX, pack_piece({ dilation, first, false }));
+        ggml_tensor * m = dense_taps(ctx, w, winograd_weight_transform(), v);  // (C_out, tiles, points): one product per point
+        if (!y) {
+            ggml_tensor * out_args[] = { m, b };
+            y = ggml_custom_4d(ctx, GGML_TYPE_F32, c_out, t_out, 1, 1, out_args, b ? 2 : 1, output_op,
+                               GGML_N_TASKS_MAX, pack_piece({ dilation, first, false }));
+        } else {
+            ggml_tensor * out_args[] = { m, b };
+            y = ggml_custom_inplace(ctx, y, out_args, b ? 2 : 1, output_op, GGML_N_TASKS_MAX,
+                                    pack_piece({ dilation, first, true }));
+        }
+    }
+    return y;
 }
 
 } // namespace qt

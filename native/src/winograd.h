@@ -28,10 +28,15 @@ constexpr int k_winograd_points = k_winograd_outputs + k_winograd_taps - 1;  // 
 // The weight transform: U_p = sum_k coef[p][k] W_k for the taps W_k (dense_taps in cpu-ops.h).
 const tap_combination & winograd_weight_transform();
 
+// Transformed inputs and products per piece of tiles (winograd_conv).
+constexpr int64_t k_winograd_piece_bytes = int64_t(8) << 20;
+
 // y (C_out, T) = the convolution of x (C_in, 6 * dilation + T) with the taps w (C_in, 7, C_out;
 // f32, f16 or q8_0, as stored), plus b (C_out) when given: y[:, t] = sum_k W_k x[:, t + k *
 // dilation], i.e. a causal convolution whose history is x's first 6 * dilation frames. x's rows
-// may be strided.
-ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation);
+// may be strided. The tiles go through in pieces of at most piece_bytes of transformed inputs
+// and products (at least one tile each), with the same bits for any piece size.
+ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
+                            int64_t piece_bytes = k_winograd_piece_bytes);
 
 } // namespace qt

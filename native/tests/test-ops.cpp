@@ -110,7 +110,8 @@ void test_conv(const qt::cpu_backend & backend, int64_t K, int stride, int dilat
 // rows at a stride (a view of wider frames), taps stored as f32 and as f16 (the quantized models'
 // decoder). Returns the outputs for the bit-for-bit comparison of the instruction sets.
 std::vector<float> test_winograd(const qt::cpu_backend & backend, int dilation, int64_t t_out, int64_t c_in,
-                                 int64_t c_out, bool bias, ggml_type taps_type) {
+                                 int64_t c_out, bool bias, ggml_type taps_type,
+                                 int64_t piece_bytes = qt::k_winograd_piece_bytes) {
     std::mt19937  rng(7 + dilation * 31 + t_out * 3 + c_in);
     const int64_t K = qt::k_winograd_taps;
     const int64_t T = t_out + dilation * (K - 1);
@@ -141,11 +142,12 @@ std::vector<float> test_winograd(const qt::cpu_backend & backend, int dilation, 
     ggml_tensor * gw = taps_type == GGML_TYPE_F16 ? run.input("w", GGML_TYPE_F16, w16.data(), { c_in, K, c_out })
                                                   : run.input_f32("w", w.data(), { c_in, K, c_out });
     ggml_tensor * gb = bias ? run.input_f32("b", b.data(), { c_out }) : nullptr;
-    ggml_tensor * y = qt::winograd_conv(run.ctx(), gx, gw, gb, dilation);
+    ggml_tensor * y = qt::winograd_conv(run.ctx(), gx, gw, gb, dilation, piece_bytes);
     run.compute(y);
-    char name[96];
-    snprintf(name, sizeof(name), "winograd_conv dilation %d, %lld -> %lld x %lld frames%s, %s taps", dilation,
-             (long long) c_in, (long long) c_out, (long long) t_out, bias ? " + bias" : "", ggml_type_name(taps_type));
+    char name[128];
+    snprintf(name, sizeof(name), "winograd_conv dilation %d, %lld -> %lld x %lld frames%s, %s taps%s", dilation,
+             (long long) c_in, (long long) c_out, (long long) t_out, bias ? " + bias" : "", ggml_type_name(taps_type),
+             piece_bytes < qt::k_winograd_piece_bytes ? ", a piece per tile" : "");
     if (y->ne[0] != c_out || y->ne[1] != n_out || n_out != t_out) {
         check(false, "%s: output %lld x %lld", name, (long long) y->ne[0], (long long) y->ne[1]);
         return {};
@@ -1058,6 +1060,13 @@ int main() {
                         const std::vector<float> y = test_winograd(
                             backend, dilation, t_out, channels, channels + 3, t_out != 5,
                             channels == 40 ? GGML_TYPE_F16 : GGML_TYPE_F32);
+                        // one tile per piece: each piece's first tile, and the pieces after the
+                        // first writing into the outputs in place, give the same bits
+                        if (t_out == 37 && dilation > 1) {
+                            check(y == test_winograd(backend, dilation, t_out, channels, channels + 3, true,
+                                                     channels == 40 ? GGML_TYPE_F16 : GGML_TYPE_F32, 1),
+                                  "winograd_conv: a piece per tile differs (case %zu)", winograd_case);
+                        }
                         if (level == int(qt::cpu_kernels::avx2)) {
                             winograd_avx2.push_back(y);
                         } else if (level == int(qt::cpu_kernels::avx512)) {

@@ -10,7 +10,8 @@ bounded chunks, so building the 2.5 GB folder never holds more than a few MB of 
 Layout, as in the HF repo: config.json, generation_config.json, model.safetensors (bf16),
 vocab.json, merges.txt, tokenizer_config.json, speech_tokenizer/{config.json,
 preprocessor_config.json, model.safetensors (fp32)}. Both sides of the benchmark (this engine
-and the official PyTorch package) load that same folder.
+and the official PyTorch package) load that same folder. The text tokenizer is the real Qwen one
+(data/qwen-tokenizer), so texts split into the real number of tokens.
 
 Values follow the reference tools' `randomize_` (normal / sqrt(fan_in) for matrices, norms
 about 1, codebook usage 0.5 + U(0, 1), codebook sums N(0, 1), SnakeBeta alpha/beta 0.1 N(0, 1),
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import gzip
 import hashlib
 import json
 import os
@@ -36,7 +38,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-LAYOUT_VERSION = 2          # bump when the builder's output changes (invalidates caches)
+LAYOUT_VERSION = 3          # bump when the builder's output changes (invalidates caches)
 DEFAULT_SEED = 0
 CHUNK_ELEMENTS = 1 << 22    # values generated and written at a time (16 MiB as float32)
 CODEC_EOS_ID = 2150
@@ -83,20 +85,6 @@ PREPROCESSOR_CONFIG = {
     "sampling_rate": 24000,
 }
 
-# The added tokens of the real Qwen3-TTS text tokenizer, from the first id after the BPE
-# vocabulary. Only the ids matter here; config.json's im_start / im_end / tts_pad / tts_bos /
-# tts_eos ids point into this list.
-QWEN_TEXT_VOCAB = 151643
-ADDED_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
-    "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>",
-    "</tool_response>", "<think>", "</think>", "<|audio_start|>", "<|audio_end|>", "<tts_pad>",
-    "<tts_text_bos>", "<tts_text_eod>",
-]
-
-
 @dataclass(frozen=True)
 class ModelSpec:
     """Everything that determines the random HF folder."""
@@ -107,12 +95,12 @@ class ModelSpec:
     speech_params: list[tuple[str, tuple[int, ...]]]
     seed: int = DEFAULT_SEED
     zero_rows: dict = field(default_factory=dict)   # tensor name -> row indices set to 0
-    tokenizer_dir: Path | None = None         # copy the text tokenizer from here (else: byte-level)
+    tokenizer_dir: Path = field(default_factory=lambda: data_path(QWEN_TOKENIZER))  # TOKENIZER_FILES
 
     def key(self) -> str:
         """Cache key: changes whenever anything that ends up in the folder changes."""
         blob = json.dumps([LAYOUT_VERSION, self.config, self.speech_config, self.main_params, self.speech_params,
-                           self.seed, sorted((k, sorted(v)) for k, v in self.zero_rows.items()), ADDED_TOKENS,
+                           self.seed, sorted((k, sorted(v)) for k, v in self.zero_rows.items()),
                            _tokenizer_digest(self.tokenizer_dir)], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -122,14 +110,25 @@ class ModelSpec:
 
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
+# The real Qwen2/Qwen3 text tokenizer with the Qwen3-TTS added tokens (its SOURCE.md): a random
+# model built with it tokenizes, prefills and holds memory as a real one does (its 151,387 merges
+# take about 25 MiB more than a stand-in without them, measured).
+QWEN_TOKENIZER = "qwen-tokenizer"
 
 
-def _tokenizer_digest(folder: Path | None) -> str | None:
-    if folder is None:
-        return None
-    h = hashlib.sha256()
+def read_tokenizer_files(folder: Path) -> dict[str, bytes]:
+    """TOKENIZER_FILES from `folder`, each stored plain or gzipped (name + ".gz")."""
+    files = {}
     for name in TOKENIZER_FILES:
-        h.update((Path(folder) / name).read_bytes())
+        path = Path(folder) / name
+        files[name] = path.read_bytes() if path.is_file() else gzip.decompress(path.with_name(name + ".gz").read_bytes())
+    return files
+
+
+def _tokenizer_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for data in read_tokenizer_files(folder).values():
+        h.update(len(data).to_bytes(8, "little") + data)
     return h.hexdigest()
 
 
@@ -272,62 +271,6 @@ def write_safetensors(path: Path, params: list[tuple[str, tuple[int, ...]]], dty
     return size
 
 
-# ---- text tokenizer -------------------------------------------------------------------------
-
-def _byte_symbols() -> list[str]:
-    """GPT-2 / Qwen2 byte-level alphabet, in vocabulary order (printable bytes first)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for c in cs]
-
-
-# The prompt template's role word is one token in Qwen's vocabulary ("<|im_start|>assistant\n" is
-# [151644, 77091, 198]): qwen_tts takes the role as the first 3 ids and the engine insists on that
-# split, so the byte-level tokenizer merges this one word, at its real id.
-ROLE_WORD, ROLE_WORD_ID = "assistant", 77091
-
-
-def write_text_tokenizer(folder: Path) -> dict[str, int]:
-    """A byte-level Qwen2 tokenizer with the real id layout: the 256 byte symbols, unreachable
-    filler entries up to the real BPE vocabulary size, then the real added tokens at their real
-    ids. The filler keeps the ids contiguous: HF's fast tokenizer renumbers added tokens from the
-    vocabulary size, so a 256-entry vocab would move <|im_start|> away from 151644. The only
-    merges build "assistant" (its prefixes take filler ids from 256 on; the word itself its real
-    id), so the prompt template splits as with the real tokenizer; other text splits into bytes
-    (or partial prefixes of that word). Returns {added token: id}."""
-    folder = Path(folder)
-    symbols = _byte_symbols()
-    vocab = {s: i for i, s in enumerate(symbols)}
-    merges = []
-    for n in range(2, len(ROLE_WORD) + 1):
-        merges.append(f"{ROLE_WORD[:n - 1]} {ROLE_WORD[n - 1]}")
-        vocab[ROLE_WORD[:n]] = ROLE_WORD_ID if n == len(ROLE_WORD) else len(symbols) + n - 2
-    taken = set(vocab.values())
-    for i in range(len(symbols), QWEN_TEXT_VOCAB):
-        if i not in taken:
-            vocab[f"<|x{i}|>"] = i
-    with open(folder / "vocab.json", "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False, separators=(",", ":"))
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges), encoding="utf-8")
-    ids = {t: QWEN_TEXT_VOCAB + i for i, t in enumerate(ADDED_TOKENS)}
-    added = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                      "special": True} for t, i in ids.items()}
-    cfg = {"add_bos_token": False, "add_prefix_space": False, "added_tokens_decoder": added,
-           "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>",
-                                         "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>"],
-           "bos_token": None, "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
-           "model_max_length": 131072, "pad_token": "<|endoftext|>", "split_special_tokens": False,
-           "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}
-    _write_json(folder / "tokenizer_config.json", cfg)
-    return ids
-
-
 def _write_json(path: Path, obj) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)
@@ -349,15 +292,8 @@ def build_hf_folder(spec: ModelSpec, out: Path, progress: ProgressFn | None = No
     (tmp / "speech_tokenizer").mkdir(parents=True)
     try:
         config = copy.deepcopy(spec.config)
-        if spec.tokenizer_dir is not None:
-            for name in TOKENIZER_FILES:
-                shutil.copyfile(Path(spec.tokenizer_dir) / name, tmp / name)
-        ids = {} if spec.tokenizer_dir is not None else write_text_tokenizer(tmp)
-        for key, token in (("im_start_token_id", "<|im_start|>"), ("im_end_token_id", "<|im_end|>"),
-                           ("tts_pad_token_id", "<tts_pad>"), ("tts_bos_token_id", "<tts_text_bos>"),
-                           ("tts_eos_token_id", "<tts_text_eod>")):
-            if ids and config.get(key) is not None and config[key] != ids[token]:
-                raise ValueError(f"config.json {key}={config[key]} but the tokenizer puts {token} at {ids[token]}")
+        for name, data in read_tokenizer_files(spec.tokenizer_dir).items():
+            (tmp / name).write_bytes(data)
         _write_json(tmp / "config.json", config)
         _write_json(tmp / "generation_config.json", GENERATION_CONFIG)
         _write_json(tmp / "speech_tokenizer" / "config.json", spec.speech_config)
