@@ -3,6 +3,7 @@ streaming synthesis (chunks, result, cancel, files, decode)."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -500,6 +501,8 @@ def test_forgotten_prompts_prime_the_decoder_again(converted, caplog):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="the sanitized run's malloc is AddressSanitizer's, which keeps freed blocks in quarantine")
 @pytest.mark.parametrize("mapped_apart", [False, True])
 def test_an_engine_process_gives_freed_large_blocks_back(converted, mapped_apart):
     """glibc raises its mmap threshold once a large block is freed, so later large blocks land in

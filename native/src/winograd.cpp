@@ -307,15 +307,11 @@ ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w
         ggml_tensor * v = ggml_custom_4d(ctx, GGML_TYPE_F32, c_in, count, k_a, 1, in_args, 1, input_op,
                                          GGML_N_TASKS_MAX, pack_piece({ dilation, first, false }));
         ggml_tensor * m = dense_taps(ctx, w, winograd_weight_transform(), v);  // (C_out, tiles, points): one product per point
-        if (!y) {
-            ggml_tensor * out_args[] = { m, b };
-            y = ggml_custom_4d(ctx, GGML_TYPE_F32, c_out, t_out, 1, 1, out_args, b ? 2 : 1, output_op,
+        ggml_tensor * out_args[] = { m, b };
+        y = y ? ggml_custom_inplace(ctx, y, out_args, b ? 2 : 1, output_op, GGML_N_TASKS_MAX,
+                                    pack_piece({ dilation, first, true }))
+              : ggml_custom_4d(ctx, GGML_TYPE_F32, c_out, t_out, 1, 1, out_args, b ? 2 : 1, output_op,
                                GGML_N_TASKS_MAX, pack_piece({ dilation, first, false }));
-        } else {
-            ggml_tensor * out_args[] = { m, b };
-            y = ggml_custom_inplace(ctx, y, out_args, b ? 2 : 1, output_op, GGML_N_TASKS_MAX,
-                                    pack_piece({ dilation, first, true }));
-        }
     }
     return y;
 }
