@@ -2,7 +2,6 @@
 tiny fixtures' vocabulary and on the real Qwen one), prompt formats, errors, loading from a GGUF."""
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import subprocess
@@ -16,10 +15,10 @@ from conftest import REPO, VARIANTS, fixture_dir, manifest
 from vocable.errors import ModelError, VocableError
 from vocable.engine.sentences import (MAX_SEGMENT_UNITS, MIN_SEGMENT_UNITS, expected_speech_seconds,
                                       longest_speech_seconds, speech_units, split_for_synthesis, split_sentences)
+from vocable.bench import model as bench_model
 from vocable.engine.text import ROLE, SpecialIds, TextError, TextTokenizer
 
 TOKENS = REPO / "tests" / "fixtures" / "tokens"
-QWEN = REPO / "app" / "vocable" / "data" / "qwen-tokenizer"
 VOCABS = ("tiny", "qwen")
 
 
@@ -28,10 +27,9 @@ def expected(vocab: str) -> dict:
 
 
 def qwen_files() -> tuple[str, str, str]:
-    def gz(name):
-        with gzip.open(QWEN / f"{name}.gz", "rt", encoding="utf-8") as f:
-            return f.read()
-    return gz("vocab.json"), gz("merges.txt"), (QWEN / "tokenizer_config.json").read_text(encoding="utf-8")
+    """The real vocabulary, as shipped for the bench model (vocable/data/qwen-tokenizer)."""
+    files = bench_model.read_tokenizer_files(bench_model.data_path(bench_model.QWEN_TOKENIZER))
+    return tuple(files[name].decode("utf-8") for name in bench_model.TOKENIZER_FILES)
 
 
 @pytest.fixture(scope="module")
@@ -443,4 +441,3 @@ def test_the_shared_tokenizers_are_bounded_and_keyed_by_content():
         TextTokenizer._shared(vocab, merges, config + "\n" * (n + 1), ids)
     assert len(TextTokenizer._shared_by_content) == TextTokenizer._SHARED_MAX
     assert TextTokenizer._shared(vocab, merges, config, ids) is not base   # evicted, built anew
-

@@ -1057,14 +1057,14 @@ int main() {
             for (int dilation : { 1, 3, 9 }) {
                 for (int64_t t_out : { 1, 5, 37 }) {
                     for (int64_t channels : { 21, 40, 300 }) {
-                        const std::vector<float> y = test_winograd(
-                            backend, dilation, t_out, channels, channels + 3, t_out != 5,
-                            channels == 40 ? GGML_TYPE_F16 : GGML_TYPE_F32);
+                        const bool      bias = t_out != 5;
+                        const ggml_type taps = channels == 40 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+                        const std::vector<float> y =
+                            test_winograd(backend, dilation, t_out, channels, channels + 3, bias, taps);
                         // one tile per piece: each piece's first tile, and the pieces after the
                         // first writing into the outputs in place, give the same bits
                         if (t_out == 37 && dilation > 1) {
-                            check(y == test_winograd(backend, dilation, t_out, channels, channels + 3, true,
-                                                     channels == 40 ? GGML_TYPE_F16 : GGML_TYPE_F32, 1),
+                            check(y == test_winograd(backend, dilation, t_out, channels, channels + 3, bias, taps, 1),
                                   "winograd_conv: a piece per tile differs (case %zu)", winograd_case);
                         }
                         if (level == int(qt::cpu_kernels::avx2)) {
