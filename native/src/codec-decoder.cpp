@@ -95,9 +95,13 @@ void codec_decoder::pack_conv(model_loader & ml, conv & c) {
     }
 }
 
-void codec_decoder::to_winograd(conv & c) const {
+void codec_decoder::to_winograd(conv & c, int64_t frame_samples) {
     // a device convolves the taps with ggml's products
     c.winograd = cpu_kernels_ && dense_taps_supported(c.w->type);
+    if (c.winograd) {
+        c.frame_samples = frame_samples;
+        slot_frames_[size_t(c.slot)] += k_winograd_outputs * c.dilation - 1;
+    }
 }
 
 // Output sample n of a transposed conv with kernel m * s and stride s, its right overhang
@@ -283,11 +287,16 @@ void codec_decoder::load(model_loader & ml, const compute_backend * device) {
     conv_in_ = load_conv(ml, "cdec.dec.0.conv", L, hp_.decoder_dim, k_conv_kernel, 1, true);
     pack_conv(ml, conv_in_);
     blocks_.clear();
+    int64_t block_samples = 1;  // a block's samples per frame of the stream
+    for (int32_t r : hp_.upsampling_ratios) {
+        block_samples *= r;
+    }
     for (size_t i = 0; i < n_blocks; ++i) {
         const std::string p = "cdec.dec." + std::to_string(i + 1) + ".";
         const int64_t     c_in = hp_.decoder_dim >> i;
         const int64_t     c_out = hp_.decoder_dim >> (i + 1);
         const int         r = hp_.upsample_rates[i];
+        block_samples *= r;
         block             b;
         b.act = load_snake(ml, p + "snake", c_in);
         b.up = load_tconv(ml, p + "tconv", c_in, c_out, 2 * r, r);
@@ -296,7 +305,7 @@ void codec_decoder::load(model_loader & ml, const compute_backend * device) {
             residual_unit     u;
             u.act1 = load_snake(ml, q + "snake1", c_out);
             u.conv1 = load_conv(ml, q + "conv1", c_out, c_out, k_res_kernel, k_res_dilations[j], true);
-            to_winograd(u.conv1);
+            to_winograd(u.conv1, block_samples);
             u.act2 = load_snake(ml, q + "snake2", c_out);
             u.conv2 = load_conv(ml, q + "conv2", c_out, c_out, 1, 1, true);
             b.res.push_back(u);
@@ -418,6 +427,7 @@ std::vector<float> codec_stream::run(const compute_backend & backend, const stag
     std::vector<float> pcm;
     for (int64_t f = 0; f < n_conv; f += slice) {
         const std::vector<float> part = convolve(backend, dumper, first + f * L, std::min(slice, n_conv - f));
+        convolved_ += std::min(slice, n_conv - f);
         if (audio) {
             pcm.insert(pcm.end(), part.begin(), part.end());
         }
@@ -460,8 +470,20 @@ template <class Conv>
 ggml_tensor * codec_stream::causal(history_io & io, const Conv & c, ggml_tensor * x, ggml_tensor * residual) {
     ggml_tensor * all = io.with_history(history_, x, c.slot);
     if (c.winograd) {
+        // Tiles start at multiples of their span from the stream's start, wherever its chunks
+        // begin: a tile's rounding depends on all of its inputs, so two decodes of the same
+        // frames in other chunks used to differ by the transform's rounding at every tile, and
+        // now only at the tiles that a chunk's end cuts (they see zeros past it). The history
+        // holds span - 1 frames more than the taps need; the outputs that they add before the
+        // chunk (its offset into a tile) are dropped.
         GGML_ASSERT(!residual);
-        return winograd_conv(io.run.ctx(), all, c.w, c.b, c.dilation);
+        ggml_context * ctx = io.run.ctx();
+        const int64_t  span = int64_t(k_winograd_outputs) * c.dilation;
+        const int64_t  into_tile = convolved_ * c.frame_samples % span;
+        const int64_t  unused = span - 1 - into_tile;
+        ggml_tensor *  from_tile = ggml_view_2d(ctx, all, all->ne[0], all->ne[1] - unused, all->nb[1], size_t(unused) * all->nb[1]);
+        ggml_tensor *  y = winograd_conv(ctx, from_tile, c.w, c.b, c.dilation);
+        return ggml_view_2d(ctx, y, y->ne[0], y->ne[1] - into_tile, y->nb[1], size_t(into_tile) * y->nb[1]);
     }
     if (c.packed.panels) {
         GGML_ASSERT(c.dilation == 1);

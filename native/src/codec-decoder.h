@@ -74,6 +74,7 @@ private:
 
     const codec_decoder &           dec_;
     int64_t                         frames_ = 0;
+    int64_t                         convolved_ = 0;  // frames through the convolutions
     bool                            decoded_audio_ = false;
     int64_t                         n_cached_ = 0;     // frames in each layer's key/value cache
     std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer: (head_dim * kv_heads, n_cached_)
@@ -111,6 +112,7 @@ private:
         int64_t       c_in = 0;
         int64_t       history = 0;  // dilation * (K - 1)
         int           slot = -1;    // index of its history in codec_stream
+        int64_t       frame_samples = 0;  // Winograd: its inputs per frame of the stream (tiles_at)
     };
     // A causal transposed convolution (kernel m * stride, the right overhang dropped), run as a
     // convolution over m frames that yields `stride` output frames per input frame.
@@ -173,8 +175,11 @@ private:
     packed_weight pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n);
     // A convolution of dilation 1 with its weight packed (run on sliding windows).
     void          pack_conv(model_loader & ml, conv & c);
-    // A 7-tap convolution computed by F(4, 7) on the CPU (winograd.h), from its taps as stored.
-    void  to_winograd(conv & c) const;
+    // A 7-tap convolution computed by F(4, 7) on the CPU (winograd.h), from its taps as stored,
+    // at a rate of frame_samples inputs per frame of the stream. Its tiles sit at the same
+    // positions of the stream whatever the chunks (codec_stream::causal), for which it keeps the
+    // last tile's width less one frame of history more.
+    void  to_winograd(conv & c, int64_t frame_samples);
     tconv load_tconv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride);
     snake load_snake(model_loader & ml, const std::string & name, int64_t channels);
     void  derive_weights(model_loader & ml);

@@ -247,51 +247,49 @@ void prefetch_rows(const ggml_tensor * w, int64_t b, int64_t first, int64_t coun
     }
 }
 
-// out[k] for k < n (a multiple of 8) = sum over i < M of coef[i] * rows[i][k], in double, for
-// f16 (F16) or f32 rows.
+// out[k] for k < n (a multiple of 8) = sum over i < M of coef[i] * rows[i][k], one f32 FMA a
+// row in order of i from 0, for f16 (F16) or f32 rows.
 template <int M, bool F16>
-QT_AVX2 void combine_taps(const char * const rows[], const double coef[], int n, float * out) {
-    __m256d c[M];
+QT_AVX2 void combine_taps(const char * const rows[], const float coef[], int n, float * out) {
+    __m256 c[M];
     for (int i = 0; i < M; ++i) {
-        c[i] = _mm256_set1_pd(coef[i]);
+        c[i] = _mm256_set1_ps(coef[i]);
     }
     for (int k = 0; k < n; k += 8) {
-        __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+        __m256 acc = _mm256_setzero_ps();
         for (int i = 0; i < M; ++i) {
             const __m256 t = F16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(
                                        reinterpret_cast<const uint16_t *>(rows[i]) + k)))
                                  : _mm256_loadu_ps(reinterpret_cast<const float *>(rows[i]) + k);
-            lo = _mm256_fmadd_pd(c[i], _mm256_cvtps_pd(_mm256_castps256_ps128(t)), lo);
-            hi = _mm256_fmadd_pd(c[i], _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1)), hi);
+            acc = _mm256_fmadd_ps(c[i], t, acc);
         }
-        _mm256_store_ps(out + k, _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
+        _mm256_storeu_ps(out + k, acc);
     }
 }
 
-// The same sums 16 elements a step (n a multiple of 16), with the same double FMAs lane by lane.
+// The same sums 16 elements a step (n a multiple of 16), with the same FMAs lane by lane.
 template <int M, bool F16>
-QT_AVX512 void combine_taps_wide(const char * const rows[], const double coef[], int n, float * out) {
-    __m512d c[M];
+QT_AVX512 void combine_taps_wide(const char * const rows[], const float coef[], int n, float * out) {
+    __m512 c[M];
     for (int i = 0; i < M; ++i) {
-        c[i] = _mm512_set1_pd(coef[i]);
+        c[i] = _mm512_set1_ps(coef[i]);
     }
     for (int k = 0; k < n; k += 16) {
-        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+        __m512 acc = _mm512_setzero_ps();
         for (int i = 0; i < M; ++i) {
             const __m512 t = F16 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(
                                        reinterpret_cast<const uint16_t *>(rows[i]) + k)))
                                  : _mm512_loadu_ps(reinterpret_cast<const float *>(rows[i]) + k);
-            lo = _mm512_fmadd_pd(c[i], _mm512_cvtps_pd(_mm512_castps512_ps256(t)), lo);
-            hi = _mm512_fmadd_pd(c[i], _mm512_cvtps_pd(_mm512_extractf32x8_ps(t, 1)), hi);
+            acc = _mm512_fmadd_ps(c[i], t, acc);
         }
-        _mm512_storeu_ps(out + k, _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1));
+        _mm512_storeu_ps(out + k, acc);
     }
 }
 
 // combine_taps for m (1 to 7) rows: 512-bit vectors where `wide` and n allow.
 template <bool F16>
-QT_AVX2 void combine_taps(bool wide, int m, const char * const rows[], const double coef[], int n, float * out) {
-    using combiner = void (*)(const char * const[], const double[], int, float *);
+QT_AVX2 void combine_taps(bool wide, int m, const char * const rows[], const float coef[], int n, float * out) {
+    using combiner = void (*)(const char * const[], const float[], int, float *);
     static constexpr combiner narrow[] = { combine_taps<1, F16>, combine_taps<2, F16>, combine_taps<3, F16>,
                                            combine_taps<4, F16>, combine_taps<5, F16>, combine_taps<6, F16>,
                                            combine_taps<7, F16> };
@@ -305,10 +303,9 @@ QT_AVX2 void combine_taps(bool wide, int m, const char * const rows[], const dou
 constexpr int k_max_taps = 7;
 
 // Elements [k0, k0 + n) of row o of U_p = sum_r coef[p][r] W_r, for the taps W (K, R, N), into
-// `out`. Summed in double, in order of r, and rounded once: each product of a tap (f32, or f16
-// widened) and a coefficient (a power of a short dyadic point) is exact in double, so these are
-// the bits of the transform computed exactly and rounded to f32. The AVX2 and AVX512 GEMMs both
-// pack through here (`wide`: with 512-bit vectors), with the same bits.
+// `out`: one f32 FMA per nonzero coefficient, in order of r from 0 (f16 taps widened exactly
+// first), so that the AVX2 and AVX512 GEMMs, which both pack through here (`wide`: with 512-bit
+// vectors), and the generic kernel get the same bits.
 QT_AVX2 const float * combined_row(const ggml_tensor * taps, const tap_combination & c, int64_t p, int64_t o, int64_t k0,
                                    int n, float * out, float * buf, bool wide) {
     const float * coef = c.coef + p * c.taps;
@@ -316,12 +313,12 @@ QT_AVX2 const float * combined_row(const ggml_tensor * taps, const tap_combinati
     const bool    f16 = taps->type == GGML_TYPE_F16;
     if ((f16 || taps->type == GGML_TYPE_F32) && n % 8 == 0 && c.taps <= k_max_taps) {  // summed in registers
         const char * used[k_max_taps];
-        double       used_coef[k_max_taps];
+        float        used_coef[k_max_taps];
         int          m = 0;
         for (int r = 0; r < c.taps; ++r) {
             if (coef[r] != 0.0f) {
                 used[m] = rows + r * taps->nb[1] + k0 * int64_t(ggml_type_size(taps->type));
-                used_coef[m++] = double(coef[r]);
+                used_coef[m++] = coef[r];
             }
         }
         if (m == 0) {
@@ -333,17 +330,14 @@ QT_AVX2 const float * combined_row(const ggml_tensor * taps, const tap_combinati
         }
         return out;
     }
-    double acc[k_kc] = {};
+    std::fill(out, out + n, 0.0f);
     for (int r = 0; r < c.taps; ++r) {
         if (coef[r] != 0.0f) {
             const float * t = weight_row(taps->type, rows + r * taps->nb[1], k0, n, buf);
             for (int k = 0; k < n; ++k) {
-                acc[k] = std::fma(double(coef[r]), double(t[k]), acc[k]);
+                out[k] = std::fma(coef[r], t[k], out[k]);
             }
         }
-    }
-    for (int k = 0; k < n; ++k) {
-        out[k] = float(acc[k]);
     }
     return out;
 }
@@ -948,13 +942,13 @@ void gemm_taps_generic_op(ggml_tensor * dst, int ith, int nth, void * combinatio
     const ggml_tensor * taps = dst->src[1];
     const int64_t       K = x->ne[0], T = x->ne[1], P = x->ne[2], N = dst->ne[0];
     const auto          to_float = ggml_get_type_traits(taps->type)->to_float;
-    std::vector<double> u(static_cast<size_t>(K));
+    std::vector<float>  u(static_cast<size_t>(K));
     std::vector<float>  tap(static_cast<size_t>(K));
     int64_t             first = 0, last = 0;
     split_rows(P * N, ith, nth, &first, &last);
     for (int64_t item = first; item < last; ++item) {
         const int64_t p = item / N, o = item % N;
-        std::fill(u.begin(), u.end(), 0.0);  // in double, as the vector paths
+        std::fill(u.begin(), u.end(), 0.0f);  // the vector paths' FMAs, in the same order
         for (int r = 0; r < c.taps; ++r) {
             const char * row = static_cast<const char *>(taps->data) + o * taps->nb[2] + r * taps->nb[1];
             if (taps->type == GGML_TYPE_F32) {
@@ -962,15 +956,19 @@ void gemm_taps_generic_op(ggml_tensor * dst, int ith, int nth, void * combinatio
             } else {
                 to_float(row, tap.data(), K);
             }
+            const float coef = c.coef[p * c.taps + r];
+            if (coef == 0.0f) {
+                continue;
+            }
             for (int64_t k = 0; k < K; ++k) {
-                u[size_t(k)] = std::fma(double(c.coef[p * c.taps + r]), double(tap[size_t(k)]), u[size_t(k)]);
+                u[size_t(k)] = std::fma(coef, tap[size_t(k)], u[size_t(k)]);
             }
         }
         for (int64_t t = 0; t < T; ++t) {
             const auto * xr = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + p * x->nb[2] + t * x->nb[1]);
             float        acc = 0.0f;
             for (int64_t k = 0; k < K; ++k) {
-                acc += xr[k] * float(u[size_t(k)]);
+                acc += xr[k] * u[size_t(k)];
             }
             *reinterpret_cast<float *>(static_cast<char *>(dst->data) + p * dst->nb[2] + t * dst->nb[1] +
                                        o * sizeof(float)) = acc;
