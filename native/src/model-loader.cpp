@@ -205,12 +205,45 @@ bool model_loader::map_weights(FILE * file, uint64_t file_size, size_t data_offs
         return false;
     }
     ggml_backend_buffer_set_usage(buffer_.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    // The vectors (norms, biases, scales: 0.75 MiB in 375 of a 0.6B model's 875 tensors) are
+    // read into memory of their own. Read through the mapping, every one of them brought the
+    // pages around it in (a fault maps more than its own page), among them pages of the
+    // matrices beside it that the engine had given back after rearranging them: measured on
+    // Linux 6.18, a q8_0 synthesis made 44 MiB of the talker's released rows and 10 MiB of the
+    // decoder's resident again.
+    auto vector = [&](int64_t i) {
+        return ggml_n_dims(ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i))) == 1;
+    };
+    size_t vector_bytes = 0;
+    for (int64_t i = 0; i < n_tensors; ++i) {
+        if (vector(i)) {
+            vector_bytes += GGML_PAD(gguf_get_tensor_size(gguf_.get(), i), k_tensor_alignment);
+        }
+    }
+    ggml_backend_buffer_t vectors = nullptr;
+    if (vector_bytes > 0) {
+        vectors = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), vector_bytes);
+        if (!vectors) {
+            throw error(QT_STATUS_OUT_OF_MEMORY, format("not enough memory for the vectors of %s", path_.c_str()));
+        }
+        mapping_->keep(vectors);
+        ggml_backend_buffer_set_usage(vectors, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    }
+    size_t at = 0;
     for (int64_t i = 0; i < n_tensors; ++i) {
         ggml_tensor * t = ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i));
-        if (ggml_backend_tensor_alloc(buffer_.get(), t, data + gguf_get_tensor_offset(gguf_.get(), i)) !=
-            GGML_STATUS_SUCCESS) {
-            throw error(QT_STATUS_FAILED, format("%s: cannot place tensor '%s' in the mapped file", path_.c_str(),
-                                                 t->name));
+        const size_t  offset = gguf_get_tensor_offset(gguf_.get(), i);
+        const size_t  n_bytes = gguf_get_tensor_size(gguf_.get(), i);
+        auto *        where = vector(i) ? static_cast<uint8_t *>(ggml_backend_buffer_get_base(vectors)) + at : data + offset;
+        if (ggml_backend_tensor_alloc(vector(i) ? vectors : buffer_.get(), t, where) != GGML_STATUS_SUCCESS) {
+            throw error(QT_STATUS_FAILED, format("%s: cannot place tensor '%s'", path_.c_str(), t->name));
+        }
+        if (vector(i)) {
+            if (fseeko(file, off_t(data_offset + offset), SEEK_SET) != 0 || fread(where, 1, n_bytes, file) != n_bytes) {
+                throw error(QT_STATUS_FAILED, format("%s: cannot read tensor '%s' (%s)", path_.c_str(), t->name,
+                                                     ferror(file) ? strerror(errno) : "the file ends before it"));
+            }
+            at += GGML_PAD(n_bytes, k_tensor_alignment);
         }
     }
     return true;
@@ -367,7 +400,7 @@ void model_loader::release_pages(const ggml_tensor * t) {
 
 table_rows model_loader::require_table(const std::string & name, std::initializer_list<int64_t> ne) {
     ggml_tensor * t = require(name, ne);
-    return table_rows(t, t->buffer == buffer_.get() ? mapping_ : nullptr);
+    return table_rows(t, maps(t) ? mapping_ : nullptr);
 }
 
 ggml_tensor * model_loader::require(const std::string & name) {

@@ -14,6 +14,9 @@
 namespace qt {
 
 mapped_model_file::~mapped_model_file() {
+    if (vectors_) {
+        ggml_backend_buffer_free(vectors_);
+    }
 #if !defined(_WIN32)
     munmap(base_, size_);
     if (fd_ >= 0) {

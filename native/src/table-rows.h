@@ -11,6 +11,7 @@
 // the table. Same bits as ggml_get_rows.
 #pragma once
 
+#include "ggml-backend.h"
 #include "ggml.h"
 
 #include <cstddef>
@@ -32,10 +33,15 @@ public:
     size_t          size() const { return size_; }
     int             fd() const { return fd_; }  // -1: none, rows are read through the mapping
 
+    // Keeps the buffer of the file's vectors, read into memory beside the mapping
+    // (model_loader::map_weights), as long as the mapping.
+    void keep(ggml_backend_buffer_t vectors) { vectors_ = vectors; }
+
 private:
-    void * base_;
-    size_t size_;
-    int    fd_;
+    void *                base_;
+    size_t                size_;
+    int                   fd_;
+    ggml_backend_buffer_t vectors_ = nullptr;
 };
 
 // A (row, n_rows) weight table and how to read its rows.

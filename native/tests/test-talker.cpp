@@ -476,6 +476,23 @@ int bench(const std::string & path, int64_t n_prefill, int64_t n_steps, int n_th
 
 } // namespace
 
+// Where the weights are mapped, the loader reads the vectors (norms, biases) into memory of their
+// own and leaves the matrices in the mapping: a vector read through the mapping maps the pages
+// around it, among them the released rows of the matrices beside it.
+void test_vectors_read_apart(qt::model_loader & loader) {
+    if (!loader.mapped()) {
+        printf("vectors apart: not checked, the weights are read, not mapped\n");
+        return;
+    }
+    for (const char * name : { "talker.blk.0.attn_norm.weight", "talker.blk.0.attn_q_norm.weight",
+                               "talker.output_norm.weight", "talker.text_proj1.bias" }) {
+        check(!loader.maps(loader.require(name)), "%s: a vector, read apart from the mapping", name);
+    }
+    for (const char * name : { "talker.blk.0.attn_q.weight", "talker.text_proj1.weight", "talker.codec_head.weight" }) {
+        check(loader.maps(loader.require(name)), "%s: a matrix, in the mapping", name);
+    }
+}
+
 int main(int argc, char ** argv) {
     setvbuf(stdout, nullptr, _IONBF, 0);
     if (argc == 2 && std::string(argv[1]) == "--sampler") {
@@ -502,6 +519,7 @@ int main(int argc, char ** argv) {
         printf("talker: hidden %d, %d layers, %d/%d heads of %d, ffn %d (%s)\n", m->talker.hparams().hidden,
                m->talker.hparams().layers, m->talker.hparams().heads, m->talker.hparams().kv_heads,
                m->talker.hparams().head_dim, m->talker.hparams().ffn, type_name_of(*m).c_str());
+        test_vectors_read_apart(*m->loader);
         test_embeddings(ref, *m, backend);
         for (const char * mode : { "xvec", "icl" }) {
             run_mode(ref, mode, *m, backend, true);
