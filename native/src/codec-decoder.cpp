@@ -445,16 +445,18 @@ struct codec_stream::history_io {
     std::vector<state_out> outs;
 
     // x = (C, T') preceded by the slot's history; the new history is the last frames of that.
-    ggml_tensor * with_history(std::vector<std::vector<float>> & history, ggml_tensor * x, int slot) {
+    // With alpha and inv_beta, x's SnakeBeta instead of x, written after the history directly.
+    ggml_tensor * with_history(std::vector<std::vector<float>> & history, ggml_tensor * x, int slot,
+                               ggml_tensor * alpha = nullptr, ggml_tensor * inv_beta = nullptr) {
+        ggml_context * ctx = run.ctx();
         if (slot < 0) {
-            return x;
+            return alpha ? snake_beta(ctx, x, alpha, inv_beta) : x;
         }
-        ggml_context *       ctx = run.ctx();
         std::vector<float> & h = history[size_t(slot)];
         const int64_t        C = x->ne[0];
         const int64_t        P = int64_t(h.size()) / C;
         ggml_tensor *        past = run.input_f32("history", h.data(), { C, P });
-        ggml_tensor *        all = ggml_concat(ctx, past, x, 1);
+        ggml_tensor *        all = alpha ? snake_beta(ctx, x, alpha, inv_beta, past) : ggml_concat(ctx, past, x, 1);
         ggml_tensor *        tail = ggml_view_2d(ctx, all, C, P, all->nb[1], size_t(all->ne[1] - P) * all->nb[1]);
         outs.push_back({ &h, run.output(ggml_cont(ctx, tail)) });
         return all;
@@ -467,8 +469,9 @@ struct codec_stream::history_io {
 };
 
 template <class Conv>
-ggml_tensor * codec_stream::causal(history_io & io, const Conv & c, ggml_tensor * x, ggml_tensor * residual) {
-    ggml_tensor * all = io.with_history(history_, x, c.slot);
+ggml_tensor * codec_stream::causal(history_io & io, const Conv & c, ggml_tensor * x, ggml_tensor * residual,
+                                   const snake_params * act) {
+    ggml_tensor * all = io.with_history(history_, x, c.slot, act ? act->alpha : nullptr, act ? act->inv_beta : nullptr);
     if (c.winograd) {
         // Tiles start at multiples of their span from the stream's start, wherever its chunks
         // begin: a tile's rounding depends on all of its inputs, so two decodes of the same
@@ -597,12 +600,10 @@ std::vector<float> codec_stream::convolve(const compute_backend & backend, const
     graph_run             run(backend, dumper, 16384);
     ggml_context *        ctx = run.ctx();
     history_io            io{ run, {} };
-    auto transposed = [&](const codec_decoder::tconv & t, ggml_tensor * x) {
-        ggml_tensor * y = causal(io, t.phases, x);  // (stride * C_out, T')
+    // a causal convolution's SnakeBeta is computed into its input after the history
+    auto transposed = [&](const codec_decoder::tconv & t, ggml_tensor * x, const codec_decoder::snake * act = nullptr) {
+        ggml_tensor * y = causal(io, t.phases, x, nullptr, act);  // (stride * C_out, T')
         return ggml_reshape_2d(ctx, y, t.c_out, y->ne[1] * t.stride);
-    };
-    auto activate = [&](const codec_decoder::snake & s, ggml_tensor * x) {
-        return snake_beta(ctx, x, s.alpha, s.inv_beta);
     };
 
     ggml_tensor * h = run.input_f32("latent", latent, { d.hp_.latent_dim, T });
@@ -631,14 +632,14 @@ std::vector<float> codec_stream::convolve(const compute_backend & backend, const
     h = run.stage(causal(io, d.conv_in_, h), "dec_conv_in");
     for (size_t i = 0; i < d.blocks_.size(); ++i) {
         const codec_decoder::block & b = d.blocks_[i];
-        h = transposed(b.up, activate(b.act, h));
+        h = transposed(b.up, h, &b.act);
         for (const codec_decoder::residual_unit & u : b.res) {
-            ggml_tensor * y = causal(io, u.conv1, activate(u.act1, h));
-            h = causal(io, u.conv2, activate(u.act2, y), h);
+            ggml_tensor * y = causal(io, u.conv1, h, nullptr, &u.act1);
+            h = causal(io, u.conv2, y, h, &u.act2);
         }
         h = run.stage(h, "dec_block" + std::to_string(i));
     }
-    h = causal(io, d.conv_out_, activate(d.act_out_, h));
+    h = causal(io, d.conv_out_, h, nullptr, &d.act_out_);
     h = run.stage(ggml_clamp(ctx, h, -1.0f, 1.0f), "dec_wav");
 
     run.compute(h);

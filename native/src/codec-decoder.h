@@ -36,6 +36,12 @@ struct codec_decoder_hparams : codec_hparams {
 
 class codec_decoder;
 
+// A SnakeBeta activation's per-channel parameters (snake_beta in cpu-ops.h).
+struct snake_params {
+    ggml_tensor * alpha = nullptr;     // exp(alpha)
+    ggml_tensor * inv_beta = nullptr;  // 1 / (exp(beta) + 1e-9)
+};
+
 // The decoder's state between chunks of one audio stream.
 class codec_stream {
 public:
@@ -68,9 +74,11 @@ private:
     // The convolutions from latent frames (latent_dim, T) to T * frame_samples samples.
     std::vector<float> convolve(const compute_backend & backend, const stage_dumper & dumper, const float * latent,
                                 int64_t n_frames);
-    // A causal convolution `c` (a codec_decoder::conv) of x after its history, in io's graph.
+    // A causal convolution `c` (a codec_decoder::conv) of x, or of act's SnakeBeta of x, after
+    // its history, in io's graph.
     template <class Conv>
-    ggml_tensor * causal(history_io & io, const Conv & c, ggml_tensor * x, ggml_tensor * residual = nullptr);
+    ggml_tensor * causal(history_io & io, const Conv & c, ggml_tensor * x, ggml_tensor * residual = nullptr,
+                         const snake_params * act = nullptr);
 
     const codec_decoder &           dec_;
     int64_t                         frames_ = 0;
@@ -121,10 +129,7 @@ private:
         int64_t c_out = 0;
         int     stride = 0;
     };
-    struct snake {
-        ggml_tensor * alpha = nullptr;     // exp(alpha)
-        ggml_tensor * inv_beta = nullptr;  // 1 / (exp(beta) + 1e-9)
-    };
+    using snake = snake_params;
     struct convnext {
         tconv         up;
         ggml_tensor * dw_w = nullptr;  // (C, 7): depthwise causal conv taps

@@ -690,17 +690,24 @@ QT_AVX512 void snake_beta_row_avx512(const float * x, const float * alpha, const
 
 using snake_row_fn = void (*)(const float *, const float *, const float *, float *, int64_t);
 
-// dst (C, T) = SnakeBeta of src[0] (C, T), rows at any stride, with src[1] = alpha (C) and
-// src[2] = inv_beta (C).
+// dst (C, P + T) = src[3]'s P frames (C, P), if any, then SnakeBeta of src[0] (C, T), rows at any
+// stride, with src[1] = alpha (C) and src[2] = inv_beta (C).
 template <snake_row_fn Row> void snake_beta_op(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor * x = dst->src[0];
     const float *       alpha = static_cast<const float *>(dst->src[1]->data);
     const float *       inv_beta = static_cast<const float *>(dst->src[2]->data);
+    const ggml_tensor * history = dst->src[3];
+    const int64_t       P = history ? history->ne[1] : 0;
     int64_t             first = 0, last = 0;
     split_rows(dst->ne[1], ith, nth, &first, &last);
     for (int64_t t = first; t < last; ++t) {
-        Row(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[1]), alpha, inv_beta,
-            reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]), x->ne[0]);
+        auto * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]);
+        if (t < P) {
+            memcpy(y, static_cast<const char *>(history->data) + t * history->nb[1], size_t(x->ne[0]) * sizeof(float));
+        } else {
+            Row(reinterpret_cast<const float *>(static_cast<const char *>(x->data) + (t - P) * x->nb[1]), alpha, inv_beta,
+                y, x->ne[0]);
+        }
     }
 }
 
@@ -828,24 +835,29 @@ ggml_tensor * elu_pad(ggml_context * ctx, ggml_tensor * x, int64_t left, int64_t
                           reinterpret_cast<void *>(intptr_t(left)));
 }
 
-ggml_tensor * snake_beta(ggml_context * ctx, ggml_tensor * x, ggml_tensor * alpha, ggml_tensor * inv_beta) {
+ggml_tensor * snake_beta(ggml_context * ctx, ggml_tensor * x, ggml_tensor * alpha, ggml_tensor * inv_beta,
+                         ggml_tensor * history) {
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 && x->ne[3] == 1);
     for (const ggml_tensor * p : { alpha, inv_beta }) {
         GGML_ASSERT(p->type == GGML_TYPE_F32 && ggml_is_contiguous(p) && p->ne[0] == x->ne[0] &&
                     ggml_nelements(p) == x->ne[0]);
     }
+    GGML_ASSERT(!history || (history->type == GGML_TYPE_F32 && history->nb[0] == sizeof(float) &&
+                             history->ne[0] == x->ne[0] && history->ne[2] == 1 && history->ne[3] == 1));
 #ifdef QT_X86
     const cpu_kernels kernels = cpu_kernels_active();
     if (kernels != cpu_kernels::generic) {
-        ggml_tensor * args[] = { x, alpha, inv_beta };
-        return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], x->ne[1], 1, 1, args, 3,
+        ggml_tensor * args[] = { x, alpha, inv_beta, history };
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], (history ? history->ne[1] : 0) + x->ne[1], 1, 1, args,
+                              history ? 4 : 3,
                               kernels == cpu_kernels::avx512 ? snake_beta_op<snake_beta_row_avx512>
                                                              : snake_beta_op<snake_beta_row_avx2>,
                               GGML_N_TASKS_MAX, nullptr);
     }
 #endif
     ggml_tensor * s = ggml_sqr(ctx, ggml_sin(ctx, ggml_mul(ctx, x, alpha)));
-    return ggml_add(ctx, x, ggml_mul(ctx, s, inv_beta));
+    ggml_tensor * y = ggml_add(ctx, x, ggml_mul(ctx, s, inv_beta));
+    return history ? ggml_concat(ctx, history, y, 1) : y;
 }
 
 ggml_tensor * dense(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b, ggml_tensor * r,

@@ -102,7 +102,10 @@ ggml_tensor * pad_frames(ggml_context * ctx, ggml_tensor * x, int64_t left, int6
 // precomputed, both f32 (C). Output contiguous (C, T). The vector paths take the sine of the exact
 // product alpha * x (not of its float rounding); sin^2 is within ~1.5e-7 of the exact value for
 // |alpha * x| up to 1e6 (beyond that the range reduction degrades). The fallback is ggml's sin of
-// the rounded product, as PyTorch computes it in f32.
-ggml_tensor * snake_beta(ggml_context * ctx, ggml_tensor * x, ggml_tensor * alpha, ggml_tensor * inv_beta);
+// the rounded product, as PyTorch computes it in f32. With `history` (C, P), the output is
+// (C, P + T): those frames, then SnakeBeta of x, in one pass (a causal convolution's input
+// after its history, without copying the activations again).
+ggml_tensor * snake_beta(ggml_context * ctx, ggml_tensor * x, ggml_tensor * alpha, ggml_tensor * inv_beta,
+                         ggml_tensor * history = nullptr);
 
 } // namespace qt

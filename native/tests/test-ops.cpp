@@ -324,6 +324,41 @@ void test_snake_beta(const qt::cpu_backend & backend, int64_t C, int64_t T, int6
     check(worst_ratio <= 1.0, "%s: max abs error %.2g, %.2f of the tolerance", name, worst, worst_ratio);
 }
 
+// snake_beta with a history (C, P) before it: those frames, then the same bits as snake_beta of
+// x alone (x strided, as a decoder's activations after a view).
+void test_snake_beta_after_history(const qt::cpu_backend & backend, int64_t C, int64_t P, int64_t T) {
+    std::mt19937 rng(uint32_t(77 + C + P));
+    const snake_inputs in = snake_random(C, T, rng);
+    const auto history = random_vector(size_t(C * P), rng);
+    std::vector<float> wide(size_t((C + 2) * T), -7.0f);
+    for (int64_t t = 0; t < T; ++t) {
+        std::copy_n(in.x.begin() + t * C, C, wide.begin() + t * (C + 2));
+    }
+    qt::stage_dumper no_dump;
+    qt::graph_run run(backend, no_dump, 64);
+    ggml_tensor * gw = run.input_f32("x", wide.data(), { C + 2, T });
+    ggml_tensor * gx = ggml_view_2d(run.ctx(), gw, C, T, gw->nb[1], 0);
+    ggml_tensor * alpha = run.input_f32("alpha", in.alpha.data(), { C });
+    ggml_tensor * inv_beta = run.input_f32("inv_beta", in.inv_beta.data(), { C });
+    ggml_tensor * past = run.input_f32("history", history.data(), { C, P });
+    ggml_tensor * both = qt::snake_beta(run.ctx(), gx, alpha, inv_beta, past);
+    ggml_tensor * alone = qt::snake_beta(run.ctx(), gx, alpha, inv_beta);
+    ggml_tensor * out = ggml_concat(run.ctx(), both, alone, 1);
+    run.compute(out);
+    char name[96];
+    snprintf(name, sizeof(name), "snake_beta after %lld frames of history, C %lld T %lld", (long long) P, (long long) C,
+             (long long) T);
+    if (both->ne[0] != C || both->ne[1] != P + T) {
+        check(false, "%s: output %lld x %lld", name, (long long) both->ne[0], (long long) both->ne[1]);
+        return;
+    }
+    const std::vector<float> all = run.read_f32(out);  // both, then alone
+    const auto               split = all.begin() + (P + T) * C;
+    std::vector<float>       want = history;
+    want.insert(want.end(), split, all.end());
+    check(std::vector<float>(all.begin(), split) == want, "%s: the history, then the bits of snake_beta alone", name);
+}
+
 // The error of sin^2 alone: with inv_beta = 2^16 the output's rounding is 2^-24 sin^2 per
 // inv_beta (<= 6e-8), and x / inv_beta (< 0.02) adds less than 1e-9; |alpha x| up to 1e4.
 void test_snake_beta_sine(const qt::cpu_backend & backend) {
@@ -1095,6 +1130,8 @@ int main() {
                 }
             }
             test_snake_beta(backend, 33, 5, 3);
+            test_snake_beta_after_history(backend, 96, 35, 300);
+            test_snake_beta_after_history(backend, 7, 6, 1);
             if (level != int(qt::cpu_kernels::generic)) {
                 test_snake_beta_sine(backend);  // the vector paths' own sine
             }
