@@ -120,7 +120,7 @@ private:
         int64_t       c_in = 0;
         int64_t       history = 0;  // dilation * (K - 1)
         int           slot = -1;    // index of its history in codec_stream
-        int64_t       frame_samples = 0;  // Winograd: its inputs per frame of the stream (tiles_at)
+        int64_t       frame_samples = 0;  // Winograd: its inputs per frame of the stream (codec_stream::causal)
     };
     // A causal transposed convolution (kernel m * stride, the right overhang dropped), run as a
     // convolution over m frames that yields `stride` output frames per input frame.
@@ -182,8 +182,8 @@ private:
     void          pack_conv(model_loader & ml, conv & c);
     // A 7-tap convolution computed by F(4, 7) on the CPU (winograd.h), from its taps as stored,
     // at a rate of frame_samples inputs per frame of the stream. Its tiles sit at the same
-    // positions of the stream whatever the chunks (codec_stream::causal), for which it keeps the
-    // last tile's width less one frame of history more.
+    // positions of the stream whatever the chunks (codec_stream::causal), for which its history
+    // holds a tile's span (4 x dilation) less one frame more.
     void  to_winograd(conv & c, int64_t frame_samples);
     tconv load_tconv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride);
     snake load_snake(model_loader & ml, const std::string & name, int64_t channels);

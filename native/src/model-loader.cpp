@@ -211,12 +211,12 @@ bool model_loader::map_weights(FILE * file, uint64_t file_size, size_t data_offs
     // matrices beside it that the engine had given back after rearranging them: measured on
     // Linux 6.18, a q8_0 synthesis made 44 MiB of the talker's released rows and 10 MiB of the
     // decoder's resident again.
-    auto vector = [&](int64_t i) {
-        return ggml_n_dims(ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i))) == 1;
-    };
-    size_t vector_bytes = 0;
+    std::vector<ggml_tensor *> tensors(static_cast<size_t>(n_tensors));
+    size_t                     vector_bytes = 0;
     for (int64_t i = 0; i < n_tensors; ++i) {
-        if (vector(i)) {
+        ggml_tensor * t = ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i));
+        tensors[size_t(i)] = t;
+        if (ggml_n_dims(t) == 1) {
             vector_bytes += GGML_PAD(gguf_get_tensor_size(gguf_.get(), i), k_tensor_alignment);
         }
     }
@@ -231,14 +231,15 @@ bool model_loader::map_weights(FILE * file, uint64_t file_size, size_t data_offs
     }
     size_t at = 0;
     for (int64_t i = 0; i < n_tensors; ++i) {
-        ggml_tensor * t = ggml_get_tensor(meta_.get(), gguf_get_tensor_name(gguf_.get(), i));
+        ggml_tensor * t = tensors[size_t(i)];
+        const bool    vector = ggml_n_dims(t) == 1;
         const size_t  offset = gguf_get_tensor_offset(gguf_.get(), i);
         const size_t  n_bytes = gguf_get_tensor_size(gguf_.get(), i);
-        auto *        where = vector(i) ? static_cast<uint8_t *>(ggml_backend_buffer_get_base(vectors)) + at : data + offset;
-        if (ggml_backend_tensor_alloc(vector(i) ? vectors : buffer_.get(), t, where) != GGML_STATUS_SUCCESS) {
+        auto *        where = vector ? static_cast<uint8_t *>(ggml_backend_buffer_get_base(vectors)) + at : data + offset;
+        if (ggml_backend_tensor_alloc(vector ? vectors : buffer_.get(), t, where) != GGML_STATUS_SUCCESS) {
             throw error(QT_STATUS_FAILED, format("%s: cannot place tensor '%s'", path_.c_str(), t->name));
         }
-        if (vector(i)) {
+        if (vector) {
             if (fseeko(file, off_t(data_offset + offset), SEEK_SET) != 0 || fread(where, 1, n_bytes, file) != n_bytes) {
                 throw error(QT_STATUS_FAILED, format("%s: cannot read tensor '%s' (%s)", path_.c_str(), t->name,
                                                      ferror(file) ? strerror(errno) : "the file ends before it"));
