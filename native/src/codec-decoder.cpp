@@ -17,7 +17,6 @@ namespace {
 
 // Taps of every residual unit's dilated convolution (fixed by the architecture).
 constexpr int k_res_kernel = 7;
-static_assert(k_res_kernel == k_winograd_taps, "residual units run their 7-tap convolutions by F(4, 7)");
 constexpr int k_res_dilations[] = { 1, 3, 9 };
 constexpr int k_dw_kernel = 7;       // ConvNeXt depthwise conv
 constexpr int k_conv_kernel = 7;     // decoder input and output convs
@@ -25,6 +24,8 @@ constexpr int k_pre_conv_kernel = 3;
 constexpr float k_convnext_eps = 1e-6f;
 // Frames per graph of the convolutions (codec_stream::run).
 constexpr int64_t k_conv_slice_frames = 8;
+// Tiles of a transposed convolution's input in one graph from which F(4, 2) computes its phases.
+constexpr int64_t k_min_winograd_tiles = 32;
 // Frames per graph of the transformer while priming: a minute of reference in one graph would
 // hold its attention scores for every pair of frames (36 MB a layer at 750 frames, 16 heads).
 constexpr int64_t k_prime_slice_frames = 16;
@@ -97,10 +98,13 @@ void codec_decoder::pack_conv(model_loader & ml, conv & c) {
 
 void codec_decoder::to_winograd(conv & c, int64_t frame_samples) {
     // a device convolves the taps with ggml's products
-    c.winograd = cpu_kernels_ && dense_taps_supported(c.w->type);
+    c.winograd = cpu_kernels_ && dense_taps_supported(c.w->type) && winograd_taps_supported(c.kernel);
     if (c.winograd) {
         c.frame_samples = frame_samples;
-        slot_frames_[size_t(c.slot)] += k_winograd_outputs * c.dilation - 1;
+        const int64_t span = int64_t(k_winograd_outputs) * c.dilation;
+        // where every frame holds whole tiles, the stream's chunks start at a tile
+        c.tile_history = frame_samples % span == 0 ? 0 : span - 1;
+        slot_frames_[size_t(c.slot)] += c.tile_history;
     }
 }
 
@@ -109,7 +113,7 @@ void codec_decoder::to_winograd(conv & c, int64_t frame_samples) {
 // input frames whose s * C_out outputs per frame are the s output frames (phase-major). Rows
 // of the stored weight (C_in, K, C_out) are moved, not converted, so any weight type works.
 codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::string & name, int64_t c_in,
-                                               int64_t c_out, int kernel, int stride) {
+                                               int64_t c_out, int kernel, int stride, int64_t frame_samples) {
     ggml_tensor * w = ml.require(name + ".weight", { c_in, kernel, c_out });
     ggml_tensor * b = ml.require(name + ".bias", { c_out });
     if (kernel % stride != 0) {
@@ -144,7 +148,14 @@ codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::str
             }
         }
     }
-    if (w->type == GGML_TYPE_F16 && cpu_kernels_ && packed_weights_supported()) {
+    // F(4, 2) on the CPU where a graph holds tiles enough to repay forming its weights: at 8 tiles
+    // a graph (the first block's input, 4 frames per frame of the stream) it decoded no faster than
+    // the packed product over both taps
+    const int64_t tiles = frame_samples * k_conv_slice_frames / k_winograd_outputs;
+    if (m > 1 && tiles >= k_min_winograd_tiles) {
+        t.phases.w = derived_tensor(w->type, { c_in, m, int64_t(stride) * c_out }, dst.data());
+        to_winograd(t.phases, frame_samples);
+    } else if (w->type == GGML_TYPE_F16 && cpu_kernels_ && packed_weights_supported()) {
         // the phases' rows, (C_in * m) values for each of the stride * C_out outputs
         t.phases.packed = packed_rows(reinterpret_cast<const uint16_t *>(dst.data()), c_in * m, int64_t(stride) * c_out);
     } else {
@@ -259,7 +270,7 @@ void codec_decoder::load(model_loader & ml, const compute_backend * device) {
         const std::string p = "cdec.up." + std::to_string(i) + ".";
         const int         r = hp_.upsampling_ratios[i];
         convnext          u;
-        u.up = load_tconv(ml, p + "tconv", L, L, r, r);
+        u.up = load_tconv(ml, p + "tconv", L, L, r, r, 0);
         // depthwise weight (1, 7, C) -> taps (C, 7): tap k of every channel is one row
         const std::vector<float> dw = tensor_f32(ml.require(p + "dwconv.weight", { 1, k_dw_kernel, L }));
         std::vector<float>       taps(dw.size());
@@ -296,10 +307,10 @@ void codec_decoder::load(model_loader & ml, const compute_backend * device) {
         const int64_t     c_in = hp_.decoder_dim >> i;
         const int64_t     c_out = hp_.decoder_dim >> (i + 1);
         const int         r = hp_.upsample_rates[i];
-        block_samples *= r;
         block             b;
         b.act = load_snake(ml, p + "snake", c_in);
-        b.up = load_tconv(ml, p + "tconv", c_in, c_out, 2 * r, r);
+        b.up = load_tconv(ml, p + "tconv", c_in, c_out, 2 * r, r, block_samples);
+        block_samples *= r;
         for (size_t j = 0; j < std::size(k_res_dilations); ++j) {
             const std::string q = p + "res" + std::to_string(j + 2) + ".";
             residual_unit     u;
@@ -483,7 +494,7 @@ ggml_tensor * codec_stream::causal(history_io & io, const Conv & c, ggml_tensor 
         ggml_context * ctx = io.run.ctx();
         const int64_t  span = int64_t(k_winograd_outputs) * c.dilation;
         const int64_t  into_tile = convolved_ * c.frame_samples % span;
-        const int64_t  unused = span - 1 - into_tile;
+        const int64_t  unused = c.tile_history - into_tile;
         ggml_tensor *  from_tile = ggml_view_2d(ctx, all, all->ne[0], all->ne[1] - unused, all->nb[1], size_t(unused) * all->nb[1]);
         ggml_tensor *  y = winograd_conv(ctx, from_tile, c.w, c.b, c.dilation);
         return ggml_view_2d(ctx, y, y->ne[0], y->ne[1] - into_tile, y->nb[1], size_t(into_tile) * y->nb[1]);

@@ -113,7 +113,7 @@ private:
     struct conv {
         ggml_tensor * w = nullptr;  // (C_in, K, C_out); null where `packed` replaces it
         ggml_tensor * b = nullptr;  // (C_out) or null
-        bool          winograd = false;  // 7 taps computed by F(4, 7) from w
+        bool          winograd = false;  // computed by F(4, K) from w (winograd.h)
         packed_weight packed;            // (K * C_in, C_out) packed at load (dilation 1)
         int           kernel = 1;
         int           dilation = 1;
@@ -121,6 +121,7 @@ private:
         int64_t       history = 0;  // dilation * (K - 1)
         int           slot = -1;    // index of its history in codec_stream
         int64_t       frame_samples = 0;  // Winograd: its inputs per frame of the stream (codec_stream::causal)
+        int64_t       tile_history = 0;   // Winograd: history frames before the taps' (codec_stream::causal)
     };
     // A causal transposed convolution (kernel m * stride, the right overhang dropped), run as a
     // convolution over m frames that yields `stride` output frames per input frame.
@@ -180,12 +181,14 @@ private:
     packed_weight pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n);
     // A convolution of dilation 1 with its weight packed (run on sliding windows).
     void          pack_conv(model_loader & ml, conv & c);
-    // A 7-tap convolution computed by F(4, 7) on the CPU (winograd.h), from its taps as stored,
-    // at a rate of frame_samples inputs per frame of the stream. Its tiles sit at the same
+    // A convolution of 7 or 2 taps computed by F(4, K) on the CPU (winograd.h), from its taps as
+    // stored, at a rate of frame_samples inputs per frame of the stream. Its tiles sit at the same
     // positions of the stream whatever the chunks (codec_stream::causal), for which its history
-    // holds a tile's span (4 x dilation) less one frame more.
+    // holds a tile's span (4 x dilation) less one frame more, unless every frame holds whole tiles.
     void  to_winograd(conv & c, int64_t frame_samples);
-    tconv load_tconv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride);
+    // frame_samples: its input frames per frame of the stream (for F(4, 2) on its phases).
+    tconv load_tconv(model_loader & ml, const std::string & name, int64_t c_in, int64_t c_out, int kernel, int stride,
+                     int64_t frame_samples);
     snake load_snake(model_loader & ml, const std::string & name, int64_t channels);
     void  derive_weights(model_loader & ml);
 

@@ -13,77 +13,87 @@ namespace qt {
 namespace {
 
 constexpr int k_m = k_winograd_outputs;
-constexpr int k_r = k_winograd_taps;
-constexpr int k_a = k_winograd_points;
+constexpr int k_max_r = k_winograd_max_taps;
+constexpr int k_max_a = k_m + k_max_r - 1;
 
 // Toom-Cook for the correlation y_j = sum_k g_k d_{j+k} (j < m, k < r, d of length a = m + r - 1):
 // it is the transpose of the polynomial product g(x) h(x) (degree m - 1 for h), which evaluation
 // at a - 1 points plus infinity computes exactly. With E_n the a x n evaluation matrix (rows
 // [1, p, .., p^(n-1)], and [0, .., 0, 1] for infinity), y = E_m^T ((E_r g) * (E_a^-T d)).
-// Points symmetric about 0 and few powers of two keep the f32 error low (chosen by measuring the
-// error of each candidate set against the direct convolution).
-struct transforms {
-    float  input[k_a][k_a];   // B^T = E_a^-T
-    float  output[k_m][k_a];  // A^T = E_m^T
-    double weight[k_a][k_r];  // G = E_r
+struct filter {
+    int    r;                       // taps
+    int    a;                       // points, m + r - 1
+    float  input[k_max_a][k_max_a];   // B^T = E_a^-T
+    float  output[k_m][k_max_a];      // A^T = E_m^T
+    double weight[k_max_a][k_max_r];  // G = E_r
 };
 
-transforms make_transforms() {
-    const double finite[] = { 0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 0.75, -0.75 };
+filter make_filter(int r, const double * finite) {
+    filter        f{};
+    const int     a = k_m + r - 1;
+    f.r = r;
+    f.a = a;
     auto evaluation = [&](int point, int power, int n) {
-        if (point == k_a - 1) {
+        if (point == a - 1) {
             return power == n - 1 ? 1.0 : 0.0;  // infinity: the leading coefficient
         }
         return std::pow(finite[point], power);
     };
     // E_a^-1 by Gauss-Jordan with partial pivoting, in double.
-    double e[k_a][2 * k_a] = {};
-    for (int i = 0; i < k_a; ++i) {
-        for (int j = 0; j < k_a; ++j) {
-            e[i][j] = evaluation(i, j, k_a);
+    double e[k_max_a][2 * k_max_a] = {};
+    for (int i = 0; i < a; ++i) {
+        for (int j = 0; j < a; ++j) {
+            e[i][j] = evaluation(i, j, a);
         }
-        e[i][k_a + i] = 1.0;
+        e[i][a + i] = 1.0;
     }
-    for (int c = 0; c < k_a; ++c) {
+    for (int c = 0; c < a; ++c) {
         int pivot = c;
-        for (int i = c + 1; i < k_a; ++i) {
+        for (int i = c + 1; i < a; ++i) {
             if (std::fabs(e[i][c]) > std::fabs(e[pivot][c])) {
                 pivot = i;
             }
         }
         std::swap(e[c], e[pivot]);
         const double p = e[c][c];
-        for (double & v : e[c]) {
-            v /= p;
+        for (int j = 0; j < 2 * a; ++j) {
+            e[c][j] /= p;
         }
-        for (int i = 0; i < k_a; ++i) {
+        for (int i = 0; i < a; ++i) {
             if (i != c && e[i][c] != 0.0) {
-                const double f = e[i][c];
-                for (int j = 0; j < 2 * k_a; ++j) {
-                    e[i][j] -= f * e[c][j];
+                const double g = e[i][c];
+                for (int j = 0; j < 2 * a; ++j) {
+                    e[i][j] -= g * e[c][j];
                 }
             }
         }
     }
-    transforms t{};
-    for (int i = 0; i < k_a; ++i) {
-        for (int j = 0; j < k_a; ++j) {
-            const double v = e[j][k_a + i];  // (E_a^-1)^T
-            t.input[i][j] = std::fabs(v) < 1e-12 ? 0.0f : float(v);
+    for (int i = 0; i < a; ++i) {
+        for (int j = 0; j < a; ++j) {
+            const double v = e[j][a + i];  // (E_a^-1)^T
+            f.input[i][j] = std::fabs(v) < 1e-12 ? 0.0f : float(v);
         }
-        for (int k = 0; k < k_r; ++k) {
-            t.weight[i][k] = evaluation(i, k, k_r);
+        for (int k = 0; k < r; ++k) {
+            f.weight[i][k] = evaluation(i, k, r);
         }
         for (int j = 0; j < k_m; ++j) {
-            t.output[j][i] = float(evaluation(i, j, k_m));
+            f.output[j][i] = float(evaluation(i, j, k_m));
         }
     }
-    return t;
+    return f;
 }
 
-const transforms & winograd() {
-    static const transforms t = make_transforms();
-    return t;
+// The filters' points, symmetric about 0 and with few powers of two where they can be, keep the
+// f32 error low (chosen by measuring the error of each candidate set against the direct
+// convolution): F(4, 7) for the residual units' convolutions, F(4, 2) for the phases of the
+// transposed ones.
+const filter & filter_for(int taps) {
+    static const double seven[] = { 0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 0.75, -0.75 };
+    static const double two[] = { 0.0, 1.0, -1.0, -2.0 };
+    static const filter f7 = make_filter(7, seven);
+    static const filter f2 = make_filter(2, two);
+    GGML_ASSERT(taps == 7 || taps == 2);
+    return taps == 7 ? f7 : f2;
 }
 
 // Tiles: tile n covers outputs base + dilation * j (j < m) with base = (n / dilation) * dilation *
@@ -98,21 +108,23 @@ struct tiling {
     int64_t base(int64_t n) const { return n / dilation * dilation * k_m + n % dilation; }
 };
 
-// userdata of both transforms: the dilation, the piece's first tile, and for the output
-// transform whether it writes into the outputs of the pieces before it (src[0]) in place.
+// userdata of both transforms: the filter's taps, the dilation, the piece's first tile, and for
+// the output transform whether it writes into the outputs of the pieces before it (src[0]) in place.
 struct piece {
+    int     taps;
     int64_t dilation;
     int64_t first_tile;
     bool    in_place;
 };
 
 void * pack_piece(const piece & p) {
-    return reinterpret_cast<void *>(uintptr_t(p.first_tile) << 9 | uintptr_t(p.in_place) << 8 | uintptr_t(p.dilation));
+    return reinterpret_cast<void *>(uintptr_t(p.first_tile) << 12 | uintptr_t(p.taps) << 9 |
+                                    uintptr_t(p.in_place) << 8 | uintptr_t(p.dilation));
 }
 
 piece unpack_piece(void * userdata) {
     const uintptr_t u = reinterpret_cast<uintptr_t>(userdata);
-    return { int64_t(u & 0xff), int64_t(u >> 9), (u >> 8 & 1) != 0 };
+    return { int(u >> 9 & 7), int64_t(u & 0xff), int64_t(u >> 12), (u >> 8 & 1) != 0 };
 }
 
 void split(int64_t n, int ith, int nth, int64_t * first, int64_t * last) {
@@ -122,21 +134,28 @@ void split(int64_t n, int ith, int nth, int64_t * first, int64_t * last) {
 
 // out[c] = sum_i coef[i] * rows[i][c] (at least one row), in blocks of 16 channels that stay in
 // registers. Everything below is inlined into one function per instruction set (the wrappers at
-// the end). The blocks are GCC vectors, not loops left to the auto-vectoriser, which kept them
-// scalar (16 single-lane FMAs per row): one AVX512 register or two AVX2 ones, the same FMAs lane
-// by lane, so both give the same bits, and the same as the scalar tail.
+// the end). The blocks are GCC vectors V, not loops left to the auto-vectoriser, which kept them
+// scalar (16 single-lane FMAs per row): one 16-lane vector for AVX512, two 8-lane ones for AVX2
+// (a 16-lane vector there went through the stack at every row), four 4-lane ones elsewhere; the
+// same FMAs lane by lane, so AVX2 and AVX512 give the same bits, and the same as the scalar tail.
 #define QT_INLINE inline __attribute__((always_inline))
 constexpr int k_block = 16;
-typedef float block_vec __attribute__((vector_size(k_block * sizeof(float))));
+typedef float vec16 __attribute__((vector_size(16 * sizeof(float))));
+typedef float vec8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float vec4 __attribute__((vector_size(4 * sizeof(float))));
 
+template <class V>
 QT_INLINE void combine_block(float * out, const float * const * rows, const float * coef, int n_rows, int64_t c0) {
-    block_vec acc = {};
+    constexpr int n_vecs = k_block * int(sizeof(float)) / int(sizeof(V));
+    V             acc[n_vecs] = {};
     for (int i = 0; i < n_rows; ++i) {
-        block_vec r;
-        std::memcpy(&r, rows[i] + c0, sizeof(r));
-        acc += coef[i] * r;
+        for (int v = 0; v < n_vecs; ++v) {
+            V r;
+            std::memcpy(&r, rows[i] + c0 + v * int64_t(sizeof(V) / sizeof(float)), sizeof(r));
+            acc[v] += coef[i] * r;
+        }
     }
-    std::memcpy(out + c0, &acc, sizeof(acc));
+    std::memcpy(out + c0, acc, sizeof(acc));
 }
 
 QT_INLINE void combine_one(float * out, const float * const * rows, const float * coef, int n_rows, int64_t c) {
@@ -147,10 +166,10 @@ QT_INLINE void combine_one(float * out, const float * const * rows, const float 
     out[c] = acc;
 }
 
-QT_INLINE void combine(float * out, const float * const * rows, const float * coef, int n_rows, int64_t C) {
+template <class V> QT_INLINE void combine(float * out, const float * const * rows, const float * coef, int n_rows, int64_t C) {
     int64_t c0 = 0;
     for (; c0 + k_block <= C; c0 += k_block) {
-        combine_block(out, rows, coef, n_rows, c0);
+        combine_block<V>(out, rows, coef, n_rows, c0);
     }
     for (; c0 < C; ++c0) {
         combine_one(out, rows, coef, n_rows, c0);
@@ -158,29 +177,30 @@ QT_INLINE void combine(float * out, const float * const * rows, const float * co
 }
 
 // src[0] = x (C, 6 d + T), dst = V (C, tiles, points) for the piece's tiles; userdata: the piece.
-QT_INLINE void input_transform(ggml_tensor * dst, int ith, int nth, void * userdata) {
+template <class V> QT_INLINE void input_transform(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * x = dst->src[0];
     const piece         pc = unpack_piece(userdata);
     const int64_t       d = pc.dilation;
     const int64_t       C = x->ne[0];
     const int64_t       t_in = x->ne[1];
-    const tiling        tl(d, t_in - (k_r - 1) * d);
-    const transforms &  tf = winograd();
+    const filter &      tf = filter_for(pc.taps);
+    const int           a = tf.a;
+    const tiling        tl(d, t_in - (tf.r - 1) * d);
     int64_t             first = 0, last = 0;
     split(dst->ne[1], ith, nth, &first, &last);
     for (int64_t n = first; n < last; ++n) {
         const int64_t base = tl.base(pc.first_tile + n);
-        const float * in[k_a];
-        for (int i = 0; i < k_a; ++i) {
+        const float * in[k_max_a];
+        for (int i = 0; i < a; ++i) {
             const int64_t t = base + d * i;
             in[i] = t < t_in ? reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[1])
                              : nullptr;
         }
-        for (int p = 0; p < k_a; ++p) {
-            const float * rows[k_a];
-            float         coef[k_a];
+        for (int p = 0; p < a; ++p) {
+            const float * rows[k_max_a];
+            float         coef[k_max_a];
             int           n_rows = 0;
-            for (int i = 0; i < k_a; ++i) {
+            for (int i = 0; i < a; ++i) {
                 if (in[i] && tf.input[p][i] != 0.0f) {
                     rows[n_rows] = in[i];
                     coef[n_rows++] = tf.input[p][i];
@@ -190,7 +210,7 @@ QT_INLINE void input_transform(ggml_tensor * dst, int ith, int nth, void * userd
             if (n_rows == 0) {
                 std::memset(out, 0, size_t(C) * sizeof(float));
             } else {
-                combine(out, rows, coef, n_rows, C);
+                combine<V>(out, rows, coef, n_rows, C);
             }
         }
     }
@@ -198,14 +218,14 @@ QT_INLINE void input_transform(ggml_tensor * dst, int ith, int nth, void * userd
 
 // src = { M (C, tiles, points) of the piece's tiles, bias (C) or null }, after y (C, T) where in
 // place; dst = y, of which the piece writes its tiles' outputs; userdata: the piece.
-QT_INLINE void output_transform(ggml_tensor * dst, int ith, int nth, void * userdata) {
+template <class V> QT_INLINE void output_transform(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const piece         pc = unpack_piece(userdata);
     const ggml_tensor * m = dst->src[pc.in_place ? 1 : 0];
     const ggml_tensor * b = dst->src[pc.in_place ? 2 : 1];
     const int64_t       d = pc.dilation;
     const int64_t       C = dst->ne[0];
     const tiling        tl(d, dst->ne[1]);
-    const transforms &  tf = winograd();
+    const filter &      tf = filter_for(pc.taps);
     int64_t             first = 0, last = 0;
     split(m->ne[1], ith, nth, &first, &last);
     static const float one = 1.0f;
@@ -216,10 +236,10 @@ QT_INLINE void output_transform(ggml_tensor * dst, int ith, int nth, void * user
             if (t >= tl.t_out) {
                 break;
             }
-            const float * rows[k_a + 1];
-            float         coef[k_a + 1];
+            const float * rows[k_max_a + 1];
+            float         coef[k_max_a + 1];
             int           n_rows = 0;
-            for (int p = 0; p < k_a; ++p) {
+            for (int p = 0; p < tf.a; ++p) {
                 if (tf.output[j][p] != 0.0f) {
                     rows[n_rows] = reinterpret_cast<const float *>(static_cast<const char *>(m->data) + p * m->nb[2] +
                                                                    n * m->nb[1]);
@@ -230,46 +250,52 @@ QT_INLINE void output_transform(ggml_tensor * dst, int ith, int nth, void * user
                 rows[n_rows] = static_cast<const float *>(b->data);
                 coef[n_rows++] = one;
             }
-            combine(reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]), rows, coef, n_rows, C);
+            combine<V>(reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]), rows, coef, n_rows, C);
         }
     }
 }
 
-void input_generic(ggml_tensor * dst, int ith, int nth, void * userdata) { input_transform(dst, ith, nth, userdata); }
-void output_generic(ggml_tensor * dst, int ith, int nth, void * userdata) { output_transform(dst, ith, nth, userdata); }
+void input_generic(ggml_tensor * dst, int ith, int nth, void * userdata) { input_transform<vec4>(dst, ith, nth, userdata); }
+void output_generic(ggml_tensor * dst, int ith, int nth, void * userdata) { output_transform<vec4>(dst, ith, nth, userdata); }
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #    define QT_WINOGRAD_X86 1
 __attribute__((target("avx2,fma"))) void input_avx2(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    input_transform(dst, ith, nth, userdata);
+    input_transform<vec8>(dst, ith, nth, userdata);
 }
 __attribute__((target("avx2,fma"))) void output_avx2(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    output_transform(dst, ith, nth, userdata);
+    output_transform<vec8>(dst, ith, nth, userdata);
 }
 __attribute__((target("avx512f,avx512vl,avx2,fma"))) void input_avx512(ggml_tensor * dst, int ith, int nth,
                                                                        void * userdata) {
-    input_transform(dst, ith, nth, userdata);
+    input_transform<vec16>(dst, ith, nth, userdata);
 }
 __attribute__((target("avx512f,avx512vl,avx2,fma"))) void output_avx512(ggml_tensor * dst, int ith, int nth,
                                                                         void * userdata) {
-    output_transform(dst, ith, nth, userdata);
+    output_transform<vec16>(dst, ith, nth, userdata);
 }
 #endif
 
 } // namespace
 
-const tap_combination & winograd_weight_transform() {
-    static const auto coef = [] {
-        std::array<float, k_a * k_r> c{};
-        for (int p = 0; p < k_a; ++p) {
-            for (int k = 0; k < k_r; ++k) {
-                c[size_t(p * k_r + k)] = float(winograd().weight[p][k]);  // powers of the points: exact in f32
+bool winograd_taps_supported(int64_t taps) {
+    return taps == 7 || taps == 2;
+}
+
+const tap_combination & winograd_weight_transform(int taps) {
+    struct combination {
+        std::array<float, k_max_a * k_max_r> coef{};
+        tap_combination                      c;
+        explicit combination(const filter & f) : c{ f.a, f.r, coef.data() } {
+            for (int p = 0; p < f.a; ++p) {
+                for (int k = 0; k < f.r; ++k) {
+                    coef[size_t(p * f.r + k)] = float(f.weight[p][k]);  // powers of the points: exact in f32
+                }
             }
         }
-        return c;
-    }();
-    static const tap_combination combination{ k_a, k_r, coef.data() };
-    return combination;
+    };
+    static const combination seven(filter_for(7)), two(filter_for(2));
+    return (taps == 7 ? seven : two).c;
 }
 
 ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
@@ -278,10 +304,12 @@ ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w
     const int64_t c_out = w->ne[2];
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] == c_in && x->ne[2] == 1 &&
                 x->ne[3] == 1);
-    GGML_ASSERT(w->ne[1] == k_r && w->ne[3] == 1);
+    const int taps = int(w->ne[1]);
+    GGML_ASSERT(winograd_taps_supported(taps) && w->ne[3] == 1);
     GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == c_out));
-    GGML_ASSERT(dilation >= 1 && dilation < 256 && x->ne[1] > int64_t(k_r - 1) * dilation);  // 8 bits of a piece
-    const int64_t t_out = x->ne[1] - int64_t(k_r - 1) * dilation;
+    GGML_ASSERT(dilation >= 1 && dilation < 256 && x->ne[1] > int64_t(taps - 1) * dilation);  // 8 bits of a piece
+    const int64_t t_out = x->ne[1] - int64_t(taps - 1) * dilation;
+    const int     points = k_m + taps - 1;
     const tiling  tl(dilation, t_out);
     ggml_custom_op_t input_op = input_generic, output_op = output_generic;
 #ifdef QT_WINOGRAD_X86
@@ -297,21 +325,21 @@ ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w
     // transform into 29 MiB. Each tile is computed alike in any piece (the GEMM's sums run over
     // the channels only).
     GGML_ASSERT(piece_bytes > 0);
-    const int64_t tile_bytes = (c_in + c_out) * k_a * int64_t(sizeof(float));
+    const int64_t tile_bytes = (c_in + c_out) * points * int64_t(sizeof(float));
     const int64_t n_pieces = std::min(tl.n_tiles, (tl.n_tiles * tile_bytes + piece_bytes - 1) / piece_bytes);
     ggml_tensor * y = nullptr;
     for (int64_t i = 0; i < n_pieces; ++i) {
         const int64_t first = tl.n_tiles * i / n_pieces;
         const int64_t count = tl.n_tiles * (i + 1) / n_pieces - first;
         ggml_tensor * in_args[] = { x };
-        ggml_tensor * v = ggml_custom_4d(ctx, GGML_TYPE_F32, c_in, count, k_a, 1, in_args, 1, input_op,
-                                         GGML_N_TASKS_MAX, pack_piece({ dilation, first, false }));
-        ggml_tensor * m = dense_taps(ctx, w, winograd_weight_transform(), v);  // (C_out, tiles, points): one product per point
+        ggml_tensor * v = ggml_custom_4d(ctx, GGML_TYPE_F32, c_in, count, points, 1, in_args, 1, input_op,
+                                         GGML_N_TASKS_MAX, pack_piece({ taps, dilation, first, false }));
+        ggml_tensor * m = dense_taps(ctx, w, winograd_weight_transform(taps), v);  // (C_out, tiles, points): one product per point
         ggml_tensor * out_args[] = { m, b };
         y = y ? ggml_custom_inplace(ctx, y, out_args, b ? 2 : 1, output_op, GGML_N_TASKS_MAX,
-                                    pack_piece({ dilation, first, true }))
+                                    pack_piece({ taps, dilation, first, true }))
               : ggml_custom_4d(ctx, GGML_TYPE_F32, c_out, t_out, 1, 1, out_args, b ? 2 : 1, output_op,
-                               GGML_N_TASKS_MAX, pack_piece({ dilation, first, false }));
+                               GGML_N_TASKS_MAX, pack_piece({ taps, dilation, first, false }));
     }
     return y;
 }
