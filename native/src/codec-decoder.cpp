@@ -152,7 +152,8 @@ codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::str
     // a graph (the first block's input, 4 frames per frame of the stream) it decoded no faster than
     // the packed product over both taps
     const int64_t tiles = frame_samples * k_conv_slice_frames / k_winograd_outputs;
-    if (m > 1 && tiles >= k_min_winograd_tiles) {
+    if (m > 1 && tiles >= k_min_winograd_tiles && cpu_kernels_ && winograd_taps_supported(m) &&
+        dense_taps_supported(w->type)) {
         t.phases.w = derived_tensor(w->type, { c_in, m, int64_t(stride) * c_out }, dst.data());
         to_winograd(t.phases, frame_samples);
     } else if (w->type == GGML_TYPE_F16 && cpu_kernels_ && packed_weights_supported()) {
@@ -488,8 +489,9 @@ ggml_tensor * codec_stream::causal(history_io & io, const Conv & c, ggml_tensor 
         // begin: a tile's rounding depends on all of its inputs, so two decodes of the same
         // frames in other chunks used to differ by the transform's rounding at every tile, and
         // now only at the tiles that a chunk's end cuts (they see zeros past it). The history
-        // holds span - 1 frames more than the taps need; the outputs that they add before the
-        // chunk (its offset into a tile) are dropped.
+        // holds tile_history frames more than the taps need (span - 1, or none where every frame
+        // of the stream holds whole tiles); the outputs that they add before the chunk (its
+        // offset into a tile) are dropped.
         GGML_ASSERT(!residual);
         ggml_context * ctx = io.run.ctx();
         const int64_t  span = int64_t(k_winograd_outputs) * c.dilation;

@@ -117,6 +117,8 @@ struct piece {
     bool    in_place;
 };
 
+static_assert(k_winograd_max_taps < 8, "a piece's taps take 3 bits");
+
 void * pack_piece(const piece & p) {
     return reinterpret_cast<void *>(uintptr_t(p.first_tile) << 12 | uintptr_t(p.taps) << 9 |
                                     uintptr_t(p.in_place) << 8 | uintptr_t(p.dilation));
@@ -166,7 +168,8 @@ QT_INLINE void combine_one(float * out, const float * const * rows, const float 
     out[c] = acc;
 }
 
-template <class V> QT_INLINE void combine(float * out, const float * const * rows, const float * coef, int n_rows, int64_t C) {
+template <class V>
+QT_INLINE void combine(float * out, const float * const * rows, const float * coef, int n_rows, int64_t C) {
     int64_t c0 = 0;
     for (; c0 + k_block <= C; c0 += k_block) {
         combine_block<V>(out, rows, coef, n_rows, c0);
@@ -176,7 +179,7 @@ template <class V> QT_INLINE void combine(float * out, const float * const * row
     }
 }
 
-// src[0] = x (C, 6 d + T), dst = V (C, tiles, points) for the piece's tiles; userdata: the piece.
+// src[0] = x (C, (r - 1) d + T), dst = V (C, tiles, points) for the piece's tiles; userdata: the piece.
 template <class V> QT_INLINE void input_transform(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * x = dst->src[0];
     const piece         pc = unpack_piece(userdata);
@@ -250,13 +253,18 @@ template <class V> QT_INLINE void output_transform(ggml_tensor * dst, int ith, i
                 rows[n_rows] = static_cast<const float *>(b->data);
                 coef[n_rows++] = one;
             }
-            combine<V>(reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]), rows, coef, n_rows, C);
+            float * y = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t * dst->nb[1]);
+            combine<V>(y, rows, coef, n_rows, C);
         }
     }
 }
 
-void input_generic(ggml_tensor * dst, int ith, int nth, void * userdata) { input_transform<vec4>(dst, ith, nth, userdata); }
-void output_generic(ggml_tensor * dst, int ith, int nth, void * userdata) { output_transform<vec4>(dst, ith, nth, userdata); }
+void input_generic(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    input_transform<vec4>(dst, ith, nth, userdata);
+}
+void output_generic(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    output_transform<vec4>(dst, ith, nth, userdata);
+}
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #    define QT_WINOGRAD_X86 1
@@ -278,7 +286,7 @@ __attribute__((target("avx512f,avx512vl,avx2,fma"))) void output_avx512(ggml_ten
 
 } // namespace
 
-bool winograd_taps_supported(int64_t taps) {
+bool winograd_taps_supported(int taps) {
     return taps == 7 || taps == 2;
 }
 
@@ -294,6 +302,7 @@ const tap_combination & winograd_weight_transform(int taps) {
             }
         }
     };
+    GGML_ASSERT(winograd_taps_supported(taps));
     static const combination seven(filter_for(7)), two(filter_for(2));
     return (taps == 7 ? seven : two).c;
 }
@@ -334,7 +343,8 @@ ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w
         ggml_tensor * in_args[] = { x };
         ggml_tensor * v = ggml_custom_4d(ctx, GGML_TYPE_F32, c_in, count, points, 1, in_args, 1, input_op,
                                          GGML_N_TASKS_MAX, pack_piece({ taps, dilation, first, false }));
-        ggml_tensor * m = dense_taps(ctx, w, winograd_weight_transform(taps), v);  // (C_out, tiles, points): one product per point
+        // (C_out, tiles, points): one product per point
+        ggml_tensor * m = dense_taps(ctx, w, winograd_weight_transform(taps), v);
         ggml_tensor * out_args[] = { m, b };
         y = y ? ggml_custom_inplace(ctx, y, out_args, b ? 2 : 1, output_op, GGML_N_TASKS_MAX,
                                     pack_piece({ taps, dilation, first, true }))

@@ -29,7 +29,7 @@ constexpr int k_winograd_outputs = 4;  // per tile, for every filter
 constexpr int k_winograd_max_taps = 7;
 
 // Whether winograd_conv computes filters of this many taps (7 and 2).
-bool winograd_taps_supported(int64_t taps);
+bool winograd_taps_supported(int taps);
 
 // The weight transform of a filter of `taps` taps: U_p = sum_k coef[p][k] W_k for the taps W_k
 // (dense_taps in cpu-ops.h), p < 4 + taps - 1.
@@ -41,9 +41,8 @@ constexpr int64_t k_winograd_piece_bytes = int64_t(8) << 20;
 // y (C_out, T) = the convolution of x (C_in, (K - 1) * dilation + T) with the K taps w (C_in, K,
 // C_out; f32, f16 or q8_0, as stored; K = 7 or 2), plus b (C_out) when given: y[:, t] = sum_k W_k
 // x[:, t + k * dilation], i.e. a causal convolution whose history is x's first (K - 1) * dilation
-// frames. x's rows
-// may be strided. The tiles go through in pieces of at most piece_bytes of transformed inputs
-// and products (at least one tile each), with the same bits for any piece size.
+// frames. x's rows may be strided. The tiles go through in pieces of at most piece_bytes of
+// transformed inputs and products (at least one tile each), with the same bits for any piece size.
 ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
                             int64_t piece_bytes = k_winograd_piece_bytes);
 

@@ -108,7 +108,8 @@ void test_conv(const qt::cpu_backend & backend, int64_t K, int stride, int dilat
 // winograd_conv against the direct convolution in double: 7 taps at every dilation the decoder
 // uses and 2 taps (the transposed convolutions' phases), outputs that fill the last tile partly
 // (T_out 1, 5, 37), channel counts off the 16-lane blocks, input rows at a stride (a view of wider
-// frames), taps stored as f32 and as f16 (the quantized models' decoder). Returns the outputs for the bit-for-bit comparison of the instruction sets.
+// frames), taps stored as f32 and as f16 (the quantized models' decoder). Returns the outputs for
+// the bit-for-bit comparison of the instruction sets.
 std::vector<float> test_winograd(const qt::cpu_backend & backend, int64_t K, int dilation, int64_t t_out,
                                  int64_t c_in, int64_t c_out, bool bias, ggml_type taps_type,
                                  int64_t piece_bytes = qt::k_winograd_piece_bytes) {
@@ -1099,8 +1100,10 @@ int main() {
                         // one tile per piece: each piece's first tile, and the pieces after the
                         // first writing into the outputs in place, give the same bits
                         if (t_out == 37 && (dilation > 1 || K == 2)) {
-                            check(y == test_winograd(backend, K, dilation, t_out, channels, channels + 3, bias, taps, 1),
-                                  "winograd_conv: a piece per tile differs (case %zu)", winograd_case);
+                            const std::vector<float> one_per_piece =
+                                test_winograd(backend, K, dilation, t_out, channels, channels + 3, bias, taps, 1);
+                            check(y == one_per_piece, "winograd_conv: a piece per tile differs (case %zu)",
+                                  winograd_case);
                         }
                         if (level == int(qt::cpu_kernels::avx2)) {
                             winograd_avx2.push_back(y);
