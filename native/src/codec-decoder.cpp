@@ -96,9 +96,13 @@ void codec_decoder::pack_conv(model_loader & ml, conv & c) {
     }
 }
 
-void codec_decoder::to_winograd(conv & c, int64_t frame_samples) {
+bool codec_decoder::winograd_takes(ggml_type type, int taps) const {
     // a device convolves the taps with ggml's products
-    c.winograd = cpu_kernels_ && dense_taps_supported(c.w->type) && winograd_taps_supported(c.kernel);
+    return cpu_kernels_ && dense_taps_supported(type) && winograd_taps_supported(taps);
+}
+
+void codec_decoder::to_winograd(conv & c, int64_t frame_samples) {
+    c.winograd = winograd_takes(c.w->type, c.kernel);
     if (c.winograd) {
         c.frame_samples = frame_samples;
         const int64_t span = int64_t(k_winograd_outputs) * c.dilation;
@@ -152,8 +156,7 @@ codec_decoder::tconv codec_decoder::load_tconv(model_loader & ml, const std::str
     // a graph (the first block's input, 4 frames per frame of the stream) it decoded no faster than
     // the packed product over both taps
     const int64_t tiles = frame_samples * k_conv_slice_frames / k_winograd_outputs;
-    if (m > 1 && tiles >= k_min_winograd_tiles && cpu_kernels_ && winograd_taps_supported(m) &&
-        dense_taps_supported(w->type)) {
+    if (m > 1 && tiles >= k_min_winograd_tiles && winograd_takes(w->type, m)) {
         t.phases.w = derived_tensor(w->type, { c_in, m, int64_t(stride) * c_out }, dst.data());
         to_winograd(t.phases, frame_samples);
     } else if (w->type == GGML_TYPE_F16 && cpu_kernels_ && packed_weights_supported()) {

@@ -181,6 +181,9 @@ private:
     packed_weight pack_matrix(model_loader & ml, ggml_tensor * w, int64_t k, int64_t n);
     // A convolution of dilation 1 with its weight packed (run on sliding windows).
     void          pack_conv(model_loader & ml, conv & c);
+    // Whether this decoder computes convolutions of `taps` taps of this weight type by Winograd's
+    // algorithm: on the CPU, for the filters winograd.h has.
+    bool  winograd_takes(ggml_type type, int taps) const;
     // A convolution of 7 or 2 taps computed by F(4, K) on the CPU (winograd.h), from its taps as
     // stored, at a rate of frame_samples inputs per frame of the stream. Its tiles sit at the same
     // positions of the stream whatever the chunks (codec_stream::causal), for which its history

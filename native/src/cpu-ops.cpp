@@ -962,15 +962,15 @@ void gemm_taps_generic_op(ggml_tensor * dst, int ith, int nth, void * combinatio
         const int64_t p = item / N, o = item % N;
         std::fill(u.begin(), u.end(), 0.0f);  // the vector paths' FMAs, in the same order
         for (int r = 0; r < c.taps; ++r) {
+            const float coef = c.coef[p * c.taps + r];
+            if (coef == 0.0f) {
+                continue;
+            }
             const char * row = static_cast<const char *>(taps->data) + o * taps->nb[2] + r * taps->nb[1];
             if (taps->type == GGML_TYPE_F32) {
                 memcpy(tap.data(), row, tap.size() * sizeof(float));
             } else {
                 to_float(row, tap.data(), K);
-            }
-            const float coef = c.coef[p * c.taps + r];
-            if (coef == 0.0f) {
-                continue;
             }
             for (int64_t k = 0; k < K; ++k) {
                 u[size_t(k)] = std::fma(coef, tap[size_t(k)], u[size_t(k)]);

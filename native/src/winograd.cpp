@@ -3,7 +3,6 @@
 #include "cpu-ops.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -19,20 +18,28 @@ constexpr int k_max_a = k_m + k_max_r - 1;
 // Toom-Cook for the correlation y_j = sum_k g_k d_{j+k} (j < m, k < r, d of length a = m + r - 1):
 // it is the transpose of the polynomial product g(x) h(x) (degree m - 1 for h), which evaluation
 // at a - 1 points plus infinity computes exactly. With E_n the a x n evaluation matrix (rows
-// [1, p, .., p^(n-1)], and [0, .., 0, 1] for infinity), y = E_m^T ((E_r g) * (E_a^-T d)).
+// [1, p, .., p^(n-1)], and [0, .., 0, 1] for infinity), y = E_m^T ((E_r g) * (E_a^-T d)). Not
+// copied: `weights` points into it.
 struct filter {
-    int    r;                       // taps
-    int    a;                       // points, m + r - 1
-    float  input[k_max_a][k_max_a];   // B^T = E_a^-T
-    float  output[k_m][k_max_a];      // A^T = E_m^T
-    double weight[k_max_a][k_max_r];  // G = E_r
+    int             r;                          // taps
+    int             a;                          // points, m + r - 1
+    float           input[k_max_a][k_max_a];    // B^T = E_a^-T
+    float           output[k_m][k_max_a];       // A^T = E_m^T
+    float           weight[k_max_a * k_max_r];  // G = E_r, [p * r + k]: powers of the points (exact)
+    tap_combination weights;                    // G for dense_taps
+
+    filter(int taps, const double * finite);
+    filter(const filter &) = delete;
+    filter & operator=(const filter &) = delete;
 };
 
-filter make_filter(int r, const double * finite) {
-    filter        f{};
-    const int     a = k_m + r - 1;
-    f.r = r;
-    f.a = a;
+filter::filter(int taps, const double * finite) :
+    r(taps),
+    a(k_m + taps - 1),
+    input{},
+    output{},
+    weight{},
+    weights{ k_m + taps - 1, taps, weight } {
     auto evaluation = [&](int point, int power, int n) {
         if (point == a - 1) {
             return power == n - 1 ? 1.0 : 0.0;  // infinity: the leading coefficient
@@ -71,16 +78,15 @@ filter make_filter(int r, const double * finite) {
     for (int i = 0; i < a; ++i) {
         for (int j = 0; j < a; ++j) {
             const double v = e[j][a + i];  // (E_a^-1)^T
-            f.input[i][j] = std::fabs(v) < 1e-12 ? 0.0f : float(v);
+            input[i][j] = std::fabs(v) < 1e-12 ? 0.0f : float(v);
         }
         for (int k = 0; k < r; ++k) {
-            f.weight[i][k] = evaluation(i, k, r);
+            weight[i * r + k] = float(evaluation(i, k, r));
         }
         for (int j = 0; j < k_m; ++j) {
-            f.output[j][i] = float(evaluation(i, j, k_m));
+            output[j][i] = float(evaluation(i, j, k_m));
         }
     }
-    return f;
 }
 
 // The filters' points, symmetric about 0 and with few powers of two where they can be, keep the
@@ -90,9 +96,9 @@ filter make_filter(int r, const double * finite) {
 const filter & filter_for(int taps) {
     static const double seven[] = { 0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 0.75, -0.75 };
     static const double two[] = { 0.0, 1.0, -1.0, -2.0 };
-    static const filter f7 = make_filter(7, seven);
-    static const filter f2 = make_filter(2, two);
-    GGML_ASSERT(taps == 7 || taps == 2);
+    static const filter f7(7, seven);
+    static const filter f2(2, two);
+    GGML_ASSERT(winograd_taps_supported(taps));
     return taps == 7 ? f7 : f2;
 }
 
@@ -291,20 +297,7 @@ bool winograd_taps_supported(int taps) {
 }
 
 const tap_combination & winograd_weight_transform(int taps) {
-    struct combination {
-        std::array<float, k_max_a * k_max_r> coef{};
-        tap_combination                      c;
-        explicit combination(const filter & f) : c{ f.a, f.r, coef.data() } {
-            for (int p = 0; p < f.a; ++p) {
-                for (int k = 0; k < f.r; ++k) {
-                    coef[size_t(p * f.r + k)] = float(f.weight[p][k]);  // powers of the points: exact in f32
-                }
-            }
-        }
-    };
-    GGML_ASSERT(winograd_taps_supported(taps));
-    static const combination seven(filter_for(7)), two(filter_for(2));
-    return (taps == 7 ? seven : two).c;
+    return filter_for(taps).weights;
 }
 
 ggml_tensor * winograd_conv(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
