@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -73,14 +74,42 @@ constexpr int k_group_outputs = 128; // outputs of one work item
 // 9-position talker prefill (150-178 against 166-224 ms, measured side by side).
 constexpr int k_min_frames_f16 = 8;
 constexpr int k_min_frames_q8_0 = 32;
+// Most tiles a panel serves for which they read a packed_weight's f16 panel in place, each tile
+// converting it again, rather than from a copy widened once. Measured (Zen 4, 2 threads, the q4_k
+// bench model's decoder, ms per second of audio): 8-frame chunks 201-208 in place against 206-214
+// widened on AVX512, and within noise on AVX2, where a tile spends 12 multiply-adds per
+// conversion against AVX512's 24, and reading in place throughout was 0-2 % slower; 1-frame
+// chunks, which give the first audio, 351 against 407 on AVX512 and 389-391 against 422 on AVX2.
+constexpr int64_t k_max_tiles_f16_in_place = 3;
+static_assert(k_max_tiles_f16_in_place * 12 < k_tc,
+              "a block of k_tc frames reads a widened copy even on the AVX512 tiles (12 frames): test-ops covers both");
 // Fewest columns that ggml-vulkan's matrix kernel takes for an unbatched x (mul_mat_vec_max_cols
 // is 8).
 constexpr int64_t k_device_matrix_min_cols = 9;
 
-// y[i][0..nv) += x[i] . wp over kc for MR frames; x rows at stride ldx, wp packed [kc][16].
+// A tile's weights: a panel widened to f32 and packed [kc][nr] (`float`), or a packed_weight's f16
+// panel read in place, k_pack_outputs apart, and widened in registers (`uint16_t`): the same
+// values, so the same bits. Reading in place spares a pass that widens the whole panel into a
+// buffer, which costs more than the tiles themselves where a panel serves one or two of them.
+template <class W> QT_AVX2 inline __m256 panel_8(const W * wp, int k, int j) {
+    if constexpr (std::is_same_v<W, float>) {
+        return _mm256_load_ps(wp + k * 16 + j);
+    } else {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(wp + k * k_pack_outputs + j)));
+    }
+}
+template <class W> QT_AVX512 inline __m512 panel_16(const W * wp, int k, int j) {
+    if constexpr (std::is_same_v<W, float>) {
+        return _mm512_load_ps(wp + k * 32 + j);
+    } else {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(wp + k * k_pack_outputs + j)));
+    }
+}
+
+// y[i][0..nv) += x[i] . wp over kc for MR frames; x rows at stride ldx, wp 16 outputs wide.
 // 6 x 16 outputs: 12 of the 16 ymm registers hold the sums.
-template <int MR>
-QT_AVX2 inline void tile_avx2(int kc, const float * x, size_t ldx, const float * wp, float * y, size_t ldy, int nv) {
+template <int MR, class W>
+QT_AVX2 inline void tile_avx2(int kc, const float * x, size_t ldx, const W * wp, float * y, size_t ldy, int nv) {
     constexpr int nr = 16;
     __m256 c0[MR], c1[MR];
 #    pragma GCC unroll 8
@@ -89,8 +118,8 @@ QT_AVX2 inline void tile_avx2(int kc, const float * x, size_t ldx, const float *
         c1[i] = _mm256_setzero_ps();
     }
     for (int k = 0; k < kc; ++k) {
-        const __m256 w0 = _mm256_load_ps(wp + k * nr);
-        const __m256 w1 = _mm256_load_ps(wp + k * nr + 8);
+        const __m256 w0 = panel_8(wp, k, 0);
+        const __m256 w1 = panel_8(wp, k, 8);
 #    pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
             const __m256 xb = _mm256_broadcast_ss(x + i * ldx + k);
@@ -115,13 +144,11 @@ QT_AVX2 inline void tile_avx2(int kc, const float * x, size_t ldx, const float *
     }
 }
 
-// The same for 12 frames x 32 outputs, wp packed [kc][32]: 24 of the 32 zmm registers hold the
-// sums, so each weight load serves twice the frames. Each output sums in the same order as the
-// AVX2 tile, so both give the same bits.
-template <int MR>
-QT_AVX512 inline void tile_avx512(int kc, const float * x, size_t ldx, const float * wp, float * y, size_t ldy,
-                                  int nv) {
-    constexpr int nr = 32;
+// The same for 12 frames x 32 outputs: 24 of the 32 zmm registers hold the sums, so each weight
+// load serves twice the frames. Each output sums in the same order as the AVX2 tile, so both give
+// the same bits.
+template <int MR, class W>
+QT_AVX512 inline void tile_avx512(int kc, const float * x, size_t ldx, const W * wp, float * y, size_t ldy, int nv) {
     __m512 c0[MR], c1[MR];
 #    pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
@@ -129,8 +156,8 @@ QT_AVX512 inline void tile_avx512(int kc, const float * x, size_t ldx, const flo
         c1[i] = _mm512_setzero_ps();
     }
     for (int k = 0; k < kc; ++k) {
-        const __m512 w0 = _mm512_load_ps(wp + k * nr);
-        const __m512 w1 = _mm512_load_ps(wp + k * nr + 16);
+        const __m512 w0 = panel_16(wp, k, 0);
+        const __m512 w1 = panel_16(wp, k, 16);
 #    pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
             const __m512 xb = _mm512_set1_ps(x[i * ldx + k]);
@@ -349,7 +376,8 @@ struct avx2_tiles {
     static constexpr int  mr = 6;
     static constexpr bool wide = false;  // 512-bit vectors
 
-    QT_AVX2 static void run(int frames, int kc, const float * x, size_t ldx, const float * wp, float * y, size_t ldy,
+    template <class W>
+    QT_AVX2 static void run(int frames, int kc, const float * x, size_t ldx, const W * wp, float * y, size_t ldy,
                             int nv) {
         switch (frames) {
             case 6: tile_avx2<6>(kc, x, ldx, wp, y, ldy, nv); break;
@@ -367,8 +395,9 @@ struct avx512_tiles {
     static constexpr int  mr = 12;
     static constexpr bool wide = true;
 
-    QT_AVX512 static void run(int frames, int kc, const float * x, size_t ldx, const float * wp, float * y,
-                              size_t ldy, int nv) {
+    template <class W>
+    QT_AVX512 static void run(int frames, int kc, const float * x, size_t ldx, const W * wp, float * y, size_t ldy,
+                              int nv) {
         switch (frames) {
             case 12: tile_avx512<12>(kc, x, ldx, wp, y, ldy, nv); break;
             case 11: tile_avx512<11>(kc, x, ldx, wp, y, ldy, nv); break;
@@ -476,9 +505,15 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
             const int kc = int(std::min<int64_t>(k_kc, K - kb));
             for (int64_t o0 = g0; o0 < g1; o0 += nr) {
                 const int     nv = int(std::min<int64_t>(nr, N - o0));
-                const float * panel = wp;
+                const float *    panel = wp;
+                const uint16_t * f16_panel = nullptr;  // read in place by the tiles
                 if (g.packed) {
-                    widen_panel<nr>(static_cast<const uint16_t *>(g.w->data) + packed_index(o0, kb, K), kc, wp);
+                    const uint16_t * f16 = static_cast<const uint16_t *>(g.w->data) + packed_index(o0, kb, K);
+                    if (t1 - t0 <= k_max_tiles_f16_in_place * Tiles::mr) {
+                        f16_panel = f16;
+                    } else {
+                        widen_panel<nr>(f16, kc, wp);
+                    }
                 } else if (g.taps) {
                     float * cached = panels + size_t(((kb / k_kc) * per_group + (o0 - g0) / nr) * k_kc * nr);
                     if (packed_for != bi * n_groups + gi) {
@@ -515,9 +550,16 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
                                       int(std::min<int64_t>(k_kc, K - kb - k_kc)));
                     }
                 }
-                for (int64_t t = t0; t < t1; t += Tiles::mr) {
-                    Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, panel,
-                               yd + t * ldy + o0, ldy, nv);
+                const auto run_tiles = [&](const auto * weights) {
+                    for (int64_t t = t0; t < t1; t += Tiles::mr) {
+                        Tiles::run(int(std::min<int64_t>(Tiles::mr, t1 - t)), kc, xd + t * ldx + kb, ldx, weights,
+                                   yd + t * ldy + o0, ldy, nv);
+                    }
+                };
+                if (f16_panel) {
+                    run_tiles(f16_panel);
+                } else {
+                    run_tiles(panel);
                 }
             }
         }

@@ -410,12 +410,14 @@ std::vector<float> dense_product(const qt::cpu_backend & backend, ggml_type type
 // dense() with a packed_weight: on every path within f32 rounding of the exact product of the
 // f16 weights, and with the same bits as the f16 weights as stored wherever those take the
 // packed GEMM too (from 8 frames on the vector paths). Depths over one 256-deep block, outputs
-// off the 32-wide panels, one frame, residual in place.
+// off the 32-wide panels, one frame, residual in place; 100 frames, whose first block of 96 reads
+// a widened copy of each panel and whose last 4 the panel itself.
 void test_packed_dense(const qt::cpu_backend & backend) {
     struct shape {
         int64_t K, T, N;
     };
-    for (shape sh : { shape{ 300, 37, 21 }, shape{ 600, 1, 70 }, shape{ 96, 9, 96 }, shape{ 1027, 13, 33 } }) {
+    for (shape sh : { shape{ 300, 37, 21 }, shape{ 600, 1, 70 }, shape{ 96, 9, 96 }, shape{ 1027, 13, 33 },
+                      shape{ 300, 100, 40 } }) {
         std::mt19937 rng(uint32_t(sh.K * 5 + sh.T * 11 + sh.N));
         const auto x = random_vector(size_t(sh.K * sh.T), rng);
         const auto w = random_vector(size_t(sh.K * sh.N), rng);
