@@ -90,7 +90,7 @@ constexpr int64_t k_device_matrix_min_cols = 9;
 // A tile's weights: a panel widened to f32 and packed [kc][nr] (`float`), or a packed_weight's f16
 // panel read in place, k_pack_outputs apart, and widened in registers (`uint16_t`): the same
 // values, so the same bits. Reading in place spares a pass that widens the whole panel into a
-// buffer, which costs more than the tiles themselves where a panel serves one or two of them.
+// buffer of 16 or 32 KiB, a large share of the work where the panel then serves only a few tiles.
 template <class W> QT_AVX2 inline __m256 panel_8(const W * wp, int k, int j) {
     if constexpr (std::is_same_v<W, float>) {
         return _mm256_load_ps(wp + k * 16 + j);
