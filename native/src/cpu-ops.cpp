@@ -81,8 +81,6 @@ constexpr int k_min_frames_q8_0 = 32;
 // conversion against AVX512's 24, and reading in place throughout was 0-2 % slower; 1-frame
 // chunks, which give the first audio, 351 against 407 on AVX512 and 389-391 against 422 on AVX2.
 constexpr int64_t k_max_tiles_f16_in_place = 3;
-static_assert(k_max_tiles_f16_in_place * 12 < k_tc,
-              "a block of k_tc frames reads a widened copy even on the AVX512 tiles (12 frames): test-ops covers both");
 // Fewest columns that ggml-vulkan's matrix kernel takes for an unbatched x (mul_mat_vec_max_cols
 // is 8).
 constexpr int64_t k_device_matrix_min_cols = 9;
@@ -433,6 +431,8 @@ struct gemm_args {
 template <class Tiles>
 void gemm_run(const gemm_args & g, int ith, int nth) {
     constexpr int nr = Tiles::nr;
+    static_assert(k_max_tiles_f16_in_place * Tiles::mr < k_tc,
+                  "a whole block of frames reads a widened copy: test-ops covers both ways");
     const int64_t K = g.x->ne[0];
     const int64_t T = g.x->ne[1];
     const int64_t B = g.x->ne[2];
@@ -476,6 +476,7 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
         const int64_t gi = points_inner ? item / B : g.taps ? item / n_chunks % n_groups : item % n_groups;
         const int64_t t0 = chunk * k_tc;
         const int64_t t1 = std::min(T, t0 + k_tc);
+        const bool f16_in_place = t1 - t0 <= k_max_tiles_f16_in_place * Tiles::mr;
         const int64_t g0 = gi * per_group * nr;  // first output of the group
         const int64_t g1 = std::min(N, g0 + per_group * nr);
         const float * xd = reinterpret_cast<const float *>(static_cast<const char *>(g.x->data) + bi * g.x->nb[2]);
@@ -509,7 +510,7 @@ void gemm_run(const gemm_args & g, int ith, int nth) {
                 const uint16_t * f16_panel = nullptr;  // read in place by the tiles
                 if (g.packed) {
                     const uint16_t * f16 = static_cast<const uint16_t *>(g.w->data) + packed_index(o0, kb, K);
-                    if (t1 - t0 <= k_max_tiles_f16_in_place * Tiles::mr) {
+                    if (f16_in_place) {
                         f16_panel = f16;
                     } else {
                         widen_panel<nr>(f16, kc, wp);
