@@ -3,7 +3,8 @@ qt_device_notes): the CPU always, first; the devices of ggml's Vulkan backend wh
 was built with it and a Vulkan driver is installed (CI: Mesa's software driver, lavapipe, which
 ggml lists only when GGML_VK_VISIBLE_DEVICES selects it); and where the Vulkan loader cannot be
 loaded, a note that says why and the CPU as before. Each check runs in a process of its own:
-the backends load once per process, after the environment is read."""
+the backends load once per process, after the environment is read. The engine's checks against
+the CPU also run on the device VOCABLE_TEST_DEVICE names (a real GPU: tools/device-check.sh)."""
 from __future__ import annotations
 
 import glob
@@ -21,6 +22,7 @@ import vocable._engine as _engine
 from conftest import fixture_dir, manifest
 
 VULKAN_MODULE = Path(_engine.__file__).parent / "lib" / "libggml-vulkan.so"
+LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0"}  # ggml lists lavapipe only where this selects it
 LIST_DEVICES = ("import json; from vocable import _engine; "
                 "print(json.dumps({'devices': _engine.devices(), 'notes': _engine.device_notes()}))")
 
@@ -66,7 +68,7 @@ def test_the_cpu_is_always_there_and_first():
 def test_lavapipe_is_found_through_the_vulkan_backend():
     needs_vulkan_module()
     needs_lavapipe()
-    out = found({"GGML_VK_VISIBLE_DEVICES": "0"})
+    out = found(LAVAPIPE)
     vulkan = [d for d in out["devices"] if d["id"].startswith("vulkan:")]
     assert out["devices"][0]["id"] == "cpu"
     assert vulkan and vulkan[0]["id"] == "vulkan:0", out
@@ -78,9 +80,18 @@ def test_a_machine_without_a_vulkan_loader_gets_the_cpu_and_the_reason(tmp_path)
     needs_vulkan_module()
     (tmp_path / "libvulkan.so.1").write_bytes(b"")
     library_path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("LD_LIBRARY_PATH")]))
-    out = found({"LD_LIBRARY_PATH": library_path, "GGML_VK_VISIBLE_DEVICES": "0"})
+    out = found({"LD_LIBRARY_PATH": library_path, **LAVAPIPE})
     assert [d["id"] for d in out["devices"]] == ["cpu"], out
     assert "libggml-vulkan.so: " in out["notes"] and "libvulkan.so.1" in out["notes"], out
+
+
+def named_device() -> str:
+    """The device VOCABLE_TEST_DEVICE names (cuda:0 on a lent GPU: tools/device-check.sh), for the
+    engine's checks against the CPU on real hardware; skips where none is named."""
+    device = os.environ.get("VOCABLE_TEST_DEVICE", "")
+    if not device:
+        pytest.skip("no device named: VOCABLE_TEST_DEVICE=cuda:0 (or vulkan:0) runs these on a GPU")
+    return device
 
 
 # The whole engine with the talker, the code predictor and the codec decoder on the device, against
@@ -124,23 +135,21 @@ print(json.dumps(out))
 """
 
 
-def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
+def check_the_engine_gives_the_cpus_codes(converted, device: str, env: dict[str, str]):
     """Both clone modes: every frame's greedy codes identical to the CPU's and the audio (decoded
     on the device too) at cosine >= 0.999 of it, the streamed chunks equal to the result, and
     the codes decoded at once (in other chunks) within 80 dB of the stream, the CPU's bar. Each
     mode runs twice on the device, with the same codes and audio: a request's states are made and
     freed per request, and in-context the second starts from the primed decoder state kept."""
-    needs_vulkan_module()
-    needs_lavapipe(computing=True)
     m = manifest("0.6b")
     frames = m["generation"]["xvec"]["frames"]
-    proc = subprocess.run([sys.executable, "-c", SYNTHESIZE_ON, str(converted("0.6b", "f32")), "vulkan:0",
+    proc = subprocess.run([sys.executable, "-c", SYNTHESIZE_ON, str(converted("0.6b", "f32")), device,
                            str(fixture_dir("0.6b") / "reference"), m["ref_text"], m["text"], str(frames)],
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"})
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["device"] == "vulkan:0" and out["fallback"] == "", out
+    print(json.dumps(out))
+    assert out["device"] == device and out["fallback"] == "", out
     icl, xvec = out["in-context"], out["x-vector"]
     assert icl["mode"] == "in-context" and icl["frames"] == [frames, frames], icl
     assert all(icl["frames_identical"]) and icl["audio_cosine"] >= 0.999 and icl["stream_is_result"], icl
@@ -148,6 +157,16 @@ def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
     assert all(xvec["frames_identical"]) and xvec["audio_cosine"] >= 0.999 and xvec["stream_is_result"], xvec
     assert xvec["stream_vs_decode_db"] >= 80.0, xvec   # the CPU's bar for streaming
     assert out["repeat_identical"], out
+
+
+def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
+    needs_vulkan_module()
+    needs_lavapipe(computing=True)
+    check_the_engine_gives_the_cpus_codes(converted, "vulkan:0", LAVAPIPE)
+
+
+def test_the_engine_on_the_named_device_gives_the_cpus_codes(converted):
+    check_the_engine_gives_the_cpus_codes(converted, named_device(), {})
 
 
 # A voice made from the fixture's reference clip on an engine with the device and on one without:
@@ -174,17 +193,26 @@ print(json.dumps({"cosine": float(a @ b / ((a @ a) ** 0.5 * (b @ b) ** 0.5)),
 """
 
 
+def check_a_voice_is_embedded_as_on_the_cpu(converted, device: str, env: dict[str, str]):
+    proc = subprocess.run([sys.executable, "-c", EMBED_ON, str(converted("0.6b", "f32")), device,
+                           str(fixture_dir("0.6b") / "reference" / "ref_24k.wav")],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(json.dumps(out))
+    assert out["cosine"] >= 0.999 and out["codes_identical"], out
+    assert len(out["where"]) == 2 and out["where"][0].endswith("speaker embedding on cpu)"), out
+    assert out["where"][1].endswith(f"speaker embedding on {device})"), out
+
+
 def test_a_voice_is_embedded_on_lavapipe_as_on_the_cpu(converted):
     needs_vulkan_module()
     needs_lavapipe(computing=True)
-    proc = subprocess.run([sys.executable, "-c", EMBED_ON, str(converted("0.6b", "f32")), "vulkan:0",
-                           str(fixture_dir("0.6b") / "reference" / "ref_24k.wav")],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["cosine"] >= 0.999 and out["codes_identical"], out
-    assert len(out["where"]) == 2 and out["where"][0].endswith("speaker embedding on cpu)"), out
-    assert out["where"][1].endswith("speaker embedding on vulkan:0)"), out
+    check_a_voice_is_embedded_as_on_the_cpu(converted, "vulkan:0", LAVAPIPE)
+
+
+def test_a_voice_is_embedded_on_the_named_device_as_on_the_cpu(converted):
+    check_a_voice_is_embedded_as_on_the_cpu(converted, named_device(), {})
 
 
 # A device's memory made small: ggml-vulkan refuses any buffer over GGML_VK_FORCE_MAX_BUFFER_SIZE,
@@ -223,7 +251,7 @@ def test_a_device_out_of_memory_hands_the_request_to_the_cpu(converted):
     proc = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY, str(converted("0.6b", "f32")),
                            str(fixture_dir("0.6b") / "reference"), m["text"], "1700"],
                           capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0", "GGML_VK_FORCE_MAX_BUFFER_SIZE": "200000",
+                          env={**os.environ, **LAVAPIPE, "GGML_VK_FORCE_MAX_BUFFER_SIZE": "200000",
                                "GGML_VK_SUBALLOCATION_BLOCK_SIZE": "200000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -251,7 +279,7 @@ def test_a_clip_too_long_for_the_device_is_embedded_on_the_cpu(converted):
     proc = subprocess.run([sys.executable, "-c", script, str(converted("0.6b", "f32")),
                            str(fixture_dir("0.6b") / "reference" / "ref_24k.wav")],
                           capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0", "GGML_VK_FORCE_MAX_BUFFER_SIZE": "200000",
+                          env={**os.environ, **LAVAPIPE, "GGML_VK_FORCE_MAX_BUFFER_SIZE": "200000",
                                "GGML_VK_SUBALLOCATION_BLOCK_SIZE": "200000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["vulkan:0", True, True], proc.stdout
@@ -266,7 +294,7 @@ def test_a_device_without_room_for_the_weights_leaves_the_engine_on_the_cpu(conv
               "with Engine(sys.argv[1], threads=1, device='vulkan:0') as e: print(json.dumps([e.device, e.device_fallback]))")
     proc = subprocess.run([sys.executable, "-c", script, str(converted("0.6b", "f32"))],
                           capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0", "GGML_VK_FORCE_MAX_BUFFER_SIZE": "2000000"})
+                          env={**os.environ, **LAVAPIPE, "GGML_VK_FORCE_MAX_BUFFER_SIZE": "2000000"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     device, fallback = json.loads(proc.stdout.strip().splitlines()[-1])
     assert device == "cpu", fallback
@@ -300,7 +328,7 @@ def test_the_bench_runs_on_a_device_and_says_what_its_figures_mean(converted, tm
     proc = subprocess.run([sys.executable, "-m", "vocable", "bench", "--model", str(converted("0.6b", "f32")),
                            "--device", "vulkan:0", "--no-reference", "--no-long-text", "--repeats", "1",
                            "--frames", "6", "--cache-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"})
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **LAVAPIPE})
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["device"]["in_use"] == "vulkan:0" and "llvmpipe" in report["device"]["description"], report["device"]
