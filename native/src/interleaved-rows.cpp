@@ -302,8 +302,11 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
     return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(rec + offset + 32 * size_t(half)));
 }
 
-// The same sums with 256-bit vectors: rows 0-7 of the group, then rows 8-15, each the low or high
-// 32 bytes of every 64-byte vector of the record. DOT4, DOT2 and PAIRS16 as for QT_Q4K_GROUP_512.
+// The same sums with 256-bit vectors: rows 0-7 of the group (half 0), then rows 8-15 (half 1),
+// each the low or high 32 bytes of every 64-byte vector of the record. A lone column takes both
+// halves in one pass over the records: its product waits on memory, which the second of two
+// passes would leave idle (one pass also broadcasts each of the column's words once). The sums
+// of each half are the same either way. DOT4, DOT2 and PAIRS16 as for QT_Q4K_GROUP_512.
 #    define QT_Q4K_GROUP_256(NAME, TARGET, DOT4, DOT2, PAIRS16)                                                       \
         template <int COLS>                                                                                          \
         __attribute__((target(TARGET))) void NAME(const uint8_t * group, int nb, const block_q8_k * const * ys,     \
@@ -312,80 +315,107 @@ __attribute__((always_inline, target("avx2"))) inline __m256i half_at(const uint
             const __m256i pairs01 = pair_control(0), pairs23 = pair_control(1);                                       \
             const __m256i scale_of[4] = { byte_control(0, PAIRS16), byte_control(1, PAIRS16),                        \
                                           byte_control(2, PAIRS16), byte_control(3, PAIRS16) }; /* as for 512 */      \
-            for (int half = 0; half < 2; ++half) {                                                                    \
-                __m256 acc[COLS], accm[COLS];                                                                         \
-                for (int c = 0; c < COLS; ++c) {                                                                      \
-                    acc[c] = _mm256_setzero_ps();                                                                     \
-                    accm[c] = _mm256_setzero_ps();                                                                    \
+            constexpr int P = COLS == 1 ? 2 : 1; /* halves per pass */                                                \
+            for (int half0 = 0; half0 < 2; half0 += P) {                                                              \
+                __m256 acc[P][COLS], accm[P][COLS];                                                                   \
+                for (int p = 0; p < P; ++p) {                                                                         \
+                    for (int c = 0; c < COLS; ++c) {                                                                  \
+                        acc[p][c] = _mm256_setzero_ps();                                                              \
+                        accm[p][c] = _mm256_setzero_ps();                                                             \
+                    }                                                                                                 \
                 }                                                                                                     \
                 for (int i = 0; i < nb; ++i) {                                                                        \
                     const uint8_t * rec = group + size_t(i) * k_record_bytes;                                         \
-                    const __m256i u0 = half_at(rec, k_scales_at, half), u1 = half_at(rec, k_scales_at + 64, half),    \
-                                  u2 = half_at(rec, k_scales_at + 128, half);                                         \
-                    const __m256i sc[2] = { _mm256_and_si256(u0, low6),                                               \
-                                            _mm256_or_si256(_mm256_and_si256(u2, m4),                                 \
-                                                            _mm256_slli_epi32(                                        \
-                                                                _mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4)) };\
-                    const __m256i mn_lo = _mm256_and_si256(u1, low6);                                                 \
-                    const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),             \
-                                                          _mm256_slli_epi32(                                          \
-                                                              _mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));   \
-                    const __m256i mp[4] = { _mm256_shuffle_epi8(mn_lo, pairs01), _mm256_shuffle_epi8(mn_lo, pairs23), \
-                                            _mm256_shuffle_epi8(mn_hi, pairs01), _mm256_shuffle_epi8(mn_hi, pairs23) };\
-                    __m256i isum[COLS];                                                                               \
-                    for (int c = 0; c < COLS; ++c) {                                                                  \
-                        isum[c] = _mm256_setzero_si256();                                                             \
+                    __m256i         sc[P][2], mp[P][4], isum[P][COLS];                                                \
+                    for (int p = 0; p < P; ++p) {                                                                     \
+                        const int     half = half0 + p;                                                               \
+                        const __m256i u0 = half_at(rec, k_scales_at, half), u1 = half_at(rec, k_scales_at + 64, half),\
+                                      u2 = half_at(rec, k_scales_at + 128, half);                                     \
+                        sc[p][0] = _mm256_and_si256(u0, low6);                                                        \
+                        sc[p][1] = _mm256_or_si256(_mm256_and_si256(u2, m4),                                          \
+                                                   _mm256_slli_epi32(                                                 \
+                                                       _mm256_and_si256(_mm256_srli_epi32(u0, 6), two), 4));         \
+                        const __m256i mn_lo = _mm256_and_si256(u1, low6);                                             \
+                        const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),         \
+                                                              _mm256_slli_epi32(                                      \
+                                                                  _mm256_and_si256(_mm256_srli_epi32(u1, 6), two), 4));\
+                        mp[p][0] = _mm256_shuffle_epi8(mn_lo, pairs01);                                               \
+                        mp[p][1] = _mm256_shuffle_epi8(mn_lo, pairs23);                                               \
+                        mp[p][2] = _mm256_shuffle_epi8(mn_hi, pairs01);                                               \
+                        mp[p][3] = _mm256_shuffle_epi8(mn_hi, pairs23);                                               \
+                        for (int c = 0; c < COLS; ++c) {                                                              \
+                            isum[p][c] = _mm256_setzero_si256();                                                      \
+                        }                                                                                             \
                     }                                                                                                 \
                     for (int j = 0; j < 4; ++j) {                                                                     \
                         prefetch_ahead(rec + size_t(j) * k_lines_per_step * 64, k_lines_per_step);                    \
                         constexpr int H = COLS <= 4 ? 2 : 1; /* as in the AVX512 kernels */                           \
                         for (int h0 = 0; h0 < 2; h0 += H) {                                                           \
-                            __m256i a[H][COLS];                                                                       \
-                            for (int h = 0; h < H; ++h) {                                                             \
-                                for (int c = 0; c < COLS; ++c) {                                                      \
-                                    a[h][c] = _mm256_setzero_si256();                                                 \
-                                }                                                                                     \
-                            }                                                                                         \
-                            for (int q = 0; q < 8; ++q) {                                                             \
-                                const __m256i bits = half_at(rec, size_t(8 * j + q) * 64, half);                      \
+                            __m256i a[P][H][COLS];                                                                    \
+                            for (int p = 0; p < P; ++p) {                                                             \
                                 for (int h = 0; h < H; ++h) {                                                         \
-                                    const __m256i w = _mm256_and_si256(h0 + h ? _mm256_srli_epi16(bits, 4) : bits, m4); \
                                     for (int c = 0; c < COLS; ++c) {                                                  \
-                                        const int8_t * y = ys[c][i].qs + 64 * j + 32 * (h0 + h) + 4 * q;              \
-                                        const __m256i  yb = _mm256_set1_epi32(load_i32(y));                           \
-                                        a[h][c] = PAIRS16 ? _mm256_add_epi16(a[h][c], _mm256_maddubs_epi16(w, yb))    \
-                                                          : DOT4(a[h][c], w, yb);                                     \
+                                        a[p][h][c] = _mm256_setzero_si256();                                          \
                                     }                                                                                 \
                                 }                                                                                     \
                             }                                                                                         \
-                            for (int h = 0; h < H; ++h) {                                                             \
-                                const __m256i scale = _mm256_shuffle_epi8(sc[j / 2], scale_of[2 * (j % 2) + h0 + h]); \
-                                for (int c = 0; c < COLS; ++c) {                                                      \
-                                    isum[c] = _mm256_add_epi32(isum[c], PAIRS16 ? _mm256_madd_epi16(a[h][c], scale)   \
-                                                                                : _mm256_mullo_epi32(a[h][c], scale)); \
+                            for (int q = 0; q < 8; ++q) {                                                             \
+                                __m256i yb[H][COLS];                                                                  \
+                                for (int h = 0; h < H; ++h) {                                                         \
+                                    for (int c = 0; c < COLS; ++c) {                                                  \
+                                        yb[h][c] = _mm256_set1_epi32(                                                 \
+                                            load_i32(ys[c][i].qs + 64 * j + 32 * (h0 + h) + 4 * q));                  \
+                                    }                                                                                 \
+                                }                                                                                     \
+                                for (int p = 0; p < P; ++p) {                                                         \
+                                    const __m256i bits = half_at(rec, size_t(8 * j + q) * 64, half0 + p);             \
+                                    for (int h = 0; h < H; ++h) {                                                     \
+                                        const __m256i w =                                                             \
+                                            _mm256_and_si256(h0 + h ? _mm256_srli_epi16(bits, 4) : bits, m4);         \
+                                        for (int c = 0; c < COLS; ++c) {                                              \
+                                            a[p][h][c] = PAIRS16 ? _mm256_add_epi16(a[p][h][c],                       \
+                                                                                    _mm256_maddubs_epi16(w, yb[h][c])) \
+                                                                 : DOT4(a[p][h][c], w, yb[h][c]);                     \
+                                        }                                                                             \
+                                    }                                                                                 \
+                                }                                                                                     \
+                            }                                                                                         \
+                            for (int p = 0; p < P; ++p) {                                                             \
+                                for (int h = 0; h < H; ++h) {                                                         \
+                                    const __m256i scale =                                                             \
+                                        _mm256_shuffle_epi8(sc[p][j / 2], scale_of[2 * (j % 2) + h0 + h]);            \
+                                    for (int c = 0; c < COLS; ++c) {                                                  \
+                                        isum[p][c] = _mm256_add_epi32(isum[p][c],                                     \
+                                                                      PAIRS16 ? _mm256_madd_epi16(a[p][h][c], scale)  \
+                                                                              : _mm256_mullo_epi32(a[p][h][c], scale));\
+                                    }                                                                                 \
                                 }                                                                                     \
                             }                                                                                         \
                         }                                                                                             \
                     }                                                                                                 \
-                    const __m256 xd =                                                                                 \
-                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(                            \
-                            rec + k_d_at + 16 * size_t(half))));                                                      \
-                    const __m256 xdmin =                                                                              \
-                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(                            \
-                            rec + k_dmin_at + 16 * size_t(half))));                                                   \
-                    for (int c = 0; c < COLS; ++c) {                                                                  \
-                        const int32_t * s = sums + (size_t(c) * size_t(nb) + size_t(i)) * 4;                          \
-                        __m256i         msum = _mm256_setzero_si256();                                                \
-                        for (int p = 0; p < 4; ++p) {                                                                 \
-                            msum = DOT2(msum, mp[p], _mm256_set1_epi32(s[p]));                                        \
+                    for (int p = 0; p < P; ++p) {                                                                     \
+                        const __m256 xd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(          \
+                            rec + k_d_at + 16 * size_t(half0 + p))));                                                 \
+                        const __m256 xdmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(       \
+                            rec + k_dmin_at + 16 * size_t(half0 + p))));                                              \
+                        for (int c = 0; c < COLS; ++c) {                                                              \
+                            const int32_t * s = sums + (size_t(c) * size_t(nb) + size_t(i)) * 4;                      \
+                            __m256i         msum = _mm256_setzero_si256();                                            \
+                            for (int k = 0; k < 4; ++k) {                                                             \
+                                msum = DOT2(msum, mp[p][k], _mm256_set1_epi32(s[k]));                                 \
+                            }                                                                                         \
+                            const __m256 yd = _mm256_set1_ps(ys[c][i].d);                                             \
+                            acc[p][c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, yd), _mm256_cvtepi32_ps(isum[p][c]),        \
+                                                        acc[p][c]);                                                   \
+                            accm[p][c] = _mm256_fmadd_ps(_mm256_mul_ps(xdmin, yd), _mm256_cvtepi32_ps(msum),          \
+                                                         accm[p][c]);                                                 \
                         }                                                                                             \
-                        const __m256 yd = _mm256_set1_ps(ys[c][i].d);                                                 \
-                        acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(xd, yd), _mm256_cvtepi32_ps(isum[c]), acc[c]);         \
-                        accm[c] = _mm256_fmadd_ps(_mm256_mul_ps(xdmin, yd), _mm256_cvtepi32_ps(msum), accm[c]);       \
                     }                                                                                                 \
                 }                                                                                                     \
-                for (int c = 0; c < COLS; ++c) {                                                                      \
-                    _mm256_storeu_ps(out[c] + 8 * half, _mm256_sub_ps(acc[c], accm[c]));                              \
+                for (int p = 0; p < P; ++p) {                                                                         \
+                    for (int c = 0; c < COLS; ++c) {                                                                  \
+                        _mm256_storeu_ps(out[c] + 8 * (half0 + p), _mm256_sub_ps(acc[p][c], accm[p][c]));             \
+                    }                                                                                                 \
                 }                                                                                                     \
             }                                                                                                         \
         }
