@@ -70,6 +70,11 @@ build_now() {
         cp "$kit"/libggml_python-*.tar.gz "$VOCABLE_GGML_CACHE/sdist/"
     fi
     if ! "$python" -c "import gguf, soundfile, soxr, platformdirs, sounddevice" 2> /dev/null; then
+        if ! ls "$kit"/*.whl > /dev/null 2>&1; then
+            echo "error: $python lacks the engine's dependencies and $kit/ has no wheels:" \
+                "run tools/device-kit.sh where a network is, and carry $kit" >&2
+            return 1
+        fi
         "$python" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" "$kit"/*.whl
     fi
     echo "$(nproc) cores"
