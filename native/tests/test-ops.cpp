@@ -692,7 +692,7 @@ void test_interleaved(const qt::cpu_backend & backend, ggml_type type) {
         size_t n_case = 0;
         for (shape sh : { shape{ 256, 16, 1 }, shape{ 512, 48, 3 }, shape{ 1024, 80, 8 }, shape{ 768, 32, 9 },
                           shape{ 256, 64, 16 }, shape{ 512, 16, 4 }, shape{ 256, 32, 45 }, shape{ 64, 32, 2 },
-                          shape{ 192, 16, 5 }, shape{ 512, 32, 3, true } }) {
+                          shape{ 192, 16, 5 }, shape{ 512, 16, 10 }, shape{ 512, 32, 3, true } }) {
             if (sh.K % (type == GGML_TYPE_Q4_K ? 256 : 64) != 0) {
                 continue;
             }
