@@ -121,7 +121,7 @@ unit_tests() {
     ctest --test-dir build/device-tests --output-on-failure --parallel "$(nproc)"
     # the device test's own output: every stage's cosine on the GPU
     ctest --test-dir build/device-tests -R '^device$' --verbose
-    VOCABLE_TEST_DEVICE="$device" "$python" -m pytest -q -rs -p no:cacheprovider -p no:pytestqt tests/test_devices.py
+    VOCABLE_TEST_DEVICE="$device" "$python" -m pytest -q -s -rs -p no:cacheprovider -p no:pytestqt tests/test_devices.py  # -s: the figures
 }
 
 bench() {
