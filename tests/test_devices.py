@@ -85,13 +85,18 @@ def test_a_machine_without_a_vulkan_loader_gets_the_cpu_and_the_reason(tmp_path)
     assert "libggml-vulkan.so: " in out["notes"] and "libvulkan.so.1" in out["notes"], out
 
 
-def named_device() -> str:
-    """The device VOCABLE_TEST_DEVICE names (cuda:0 on a lent GPU: tools/device-check.sh), for the
-    engine's checks against the CPU on real hardware; skips where none is named."""
+def device_under_test(which: str) -> tuple[str, dict[str, str]]:
+    """The device and environment of the engine's checks against the CPU: `lavapipe` (Mesa's
+    software driver, in CI), or `named`, the device VOCABLE_TEST_DEVICE names (cuda:0 on a lent
+    GPU: tools/device-check.sh). Skips, with the reason, where that one is not there."""
+    if which == "lavapipe":
+        needs_vulkan_module()
+        needs_lavapipe(computing=True)
+        return "vulkan:0", LAVAPIPE
     device = os.environ.get("VOCABLE_TEST_DEVICE", "")
     if not device:
         pytest.skip("no device named: VOCABLE_TEST_DEVICE=cuda:0 (or vulkan:0) runs these on a GPU")
-    return device
+    return device, {}
 
 
 # The whole engine with the talker, the code predictor and the codec decoder on the device, against
@@ -135,12 +140,14 @@ print(json.dumps(out))
 """
 
 
-def check_the_engine_gives_the_cpus_codes(converted, device: str, env: dict[str, str]):
+@pytest.mark.parametrize("which", ["lavapipe", "named"])
+def test_the_engine_on_a_device_gives_the_cpus_codes(converted, which):
     """Both clone modes: every frame's greedy codes identical to the CPU's and the audio (decoded
     on the device too) at cosine >= 0.999 of it, the streamed chunks equal to the result, and
     the codes decoded at once (in other chunks) within 80 dB of the stream, the CPU's bar. Each
     mode runs twice on the device, with the same codes and audio: a request's states are made and
     freed per request, and in-context the second starts from the primed decoder state kept."""
+    device, env = device_under_test(which)
     m = manifest("0.6b")
     frames = m["generation"]["xvec"]["frames"]
     proc = subprocess.run([sys.executable, "-c", SYNTHESIZE_ON, str(converted("0.6b", "f32")), device,
@@ -157,16 +164,6 @@ def check_the_engine_gives_the_cpus_codes(converted, device: str, env: dict[str,
     assert all(xvec["frames_identical"]) and xvec["audio_cosine"] >= 0.999 and xvec["stream_is_result"], xvec
     assert xvec["stream_vs_decode_db"] >= 80.0, xvec   # the CPU's bar for streaming
     assert out["repeat_identical"], out
-
-
-def test_the_engine_on_lavapipe_gives_the_cpus_codes(converted):
-    needs_vulkan_module()
-    needs_lavapipe(computing=True)
-    check_the_engine_gives_the_cpus_codes(converted, "vulkan:0", LAVAPIPE)
-
-
-def test_the_engine_on_the_named_device_gives_the_cpus_codes(converted):
-    check_the_engine_gives_the_cpus_codes(converted, named_device(), {})
 
 
 # A voice made from the fixture's reference clip on an engine with the device and on one without:
@@ -193,7 +190,9 @@ print(json.dumps({"cosine": float(a @ b / ((a @ a) ** 0.5 * (b @ b) ** 0.5)),
 """
 
 
-def check_a_voice_is_embedded_as_on_the_cpu(converted, device: str, env: dict[str, str]):
+@pytest.mark.parametrize("which", ["lavapipe", "named"])
+def test_a_voice_is_embedded_on_a_device_as_on_the_cpu(converted, which):
+    device, env = device_under_test(which)
     proc = subprocess.run([sys.executable, "-c", EMBED_ON, str(converted("0.6b", "f32")), device,
                            str(fixture_dir("0.6b") / "reference" / "ref_24k.wav")],
                           capture_output=True, text=True, timeout=600, env={**os.environ, **env})
@@ -203,16 +202,6 @@ def check_a_voice_is_embedded_as_on_the_cpu(converted, device: str, env: dict[st
     assert out["cosine"] >= 0.999 and out["codes_identical"], out
     assert len(out["where"]) == 2 and out["where"][0].endswith("speaker embedding on cpu)"), out
     assert out["where"][1].endswith(f"speaker embedding on {device})"), out
-
-
-def test_a_voice_is_embedded_on_lavapipe_as_on_the_cpu(converted):
-    needs_vulkan_module()
-    needs_lavapipe(computing=True)
-    check_a_voice_is_embedded_as_on_the_cpu(converted, "vulkan:0", LAVAPIPE)
-
-
-def test_a_voice_is_embedded_on_the_named_device_as_on_the_cpu(converted):
-    check_a_voice_is_embedded_as_on_the_cpu(converted, named_device(), {})
 
 
 # A device's memory made small: ggml-vulkan refuses any buffer over GGML_VK_FORCE_MAX_BUFFER_SIZE,
