@@ -17,6 +17,7 @@
 # VOCABLE_DEVICE: the device id (default cuda:0 or vulkan:0). PYTHON: default python3.
 # CMAKE_CUDA_ARCHITECTURES: default the first GPU's (nvidia-smi).
 set -euo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 phase="${1:-all}"
 shift || true
@@ -53,11 +54,13 @@ copy_logs() {
 }
 trap copy_logs EXIT
 
-# Runs a phase with its output in $logs/NAME.log (the last lines on the terminal) and its time.
+# Runs phase NAME (NAME-now, in a bash of its own, so that its first failing command ends it and
+# gives the phase's rc) with its output in $logs/NAME.log (the last lines on the terminal), and
+# records its rc and time in phases.txt.
 timed() {
     local name="$1" start=$SECONDS rc=0
     shift
-    "$@" > "$logs/$name.log" 2>&1 || rc=$?
+    bash "$self" "$name-now" "$@" > "$logs/$name.log" 2>&1 || rc=$?
     tail -n 25 "$logs/$name.log"
     echo "== $name: rc $rc in $((SECONDS - start)) s" | tee -a "$logs/phases.txt"
     return "$rc"
@@ -96,9 +99,7 @@ build() {
     local pid_file="$logs/build.pid" rc_file="$logs/build.rc" waited=0
     if ! { [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2> /dev/null; }; then
         rm -f "$rc_file"
-        setsid bash -c 'start=$SECONDS; rc=0; bash "$0" build-now > "$1/build.log" 2>&1 || rc=$?
-                        echo "== build: rc $rc in $((SECONDS - start)) s" >> "$1/phases.txt"; echo $rc > "$1/build.rc"' \
-            "$0" "$logs" < /dev/null > /dev/null 2>&1 &
+        setsid bash "$self" build-in-background < /dev/null > /dev/null 2>&1 &
         echo $! > "$pid_file"
     else
         echo "waiting for the build already running"
@@ -130,13 +131,20 @@ bench() {
 
 case "$phase" in
 build-now) build_now ;;
+tests-now) unit_tests ;;
+bench-now) bench "$@" ;;
+build-in-background)
+    rc=0
+    timed build || rc=$?
+    echo "$rc" > "$logs/build.rc"
+    ;;
 build) build ;;
-test) timed tests unit_tests ;;
-bench) timed bench bench "$@" ;;
+test) timed tests ;;
+bench) timed bench "$@" ;;
 all)
     build
-    timed tests unit_tests || true
-    timed bench bench "$@"
+    timed tests || true
+    timed bench "$@"
     ;;
 *)
     echo "usage: bash tools/device-check.sh build|test|bench|all [BENCH ARGS...]" >&2
