@@ -117,6 +117,30 @@ def test_a_failed_chapter_leaves_none_behind(tmp_path):
     assert list((tmp_path / "book").iterdir()) == []
 
 
+def test_a_new_export_replaces_the_chapter_files_of_the_last(tmp_path):
+    """Headings edited between two exports: the folder holds the new book only, and files that
+    are not chapters of that type stay."""
+    audio = np.linspace(-0.5, 0.5, 3000, dtype=np.float32)
+    book = tmp_path / "book"
+    write_chapter_files(book, audio, 24000, [ChapterSpan("Prologue", 0, 1000), ChapterSpan("The Storm", 1000, 2000),
+                                             ChapterSpan("Three", 2000, 3000)], ".wav")
+    for keep in ("cover.jpg", "01 Prologue.flac", "notes 01.wav"):
+        (book / keep).write_bytes(b"mine")
+    files = write_chapter_files(book, audio, 24000, [ChapterSpan("Chapter One", 0, 1500),
+                                                     ChapterSpan("Chapter Two", 1500, 3000)], ".wav")
+    assert [f.name for f in files] == ["01 Chapter One.wav", "02 Chapter Two.wav"]
+    assert sorted(p.name for p in book.iterdir()) == ["01 Chapter One.wav", "01 Prologue.flac", "02 Chapter Two.wav",
+                                                      "cover.jpg", "notes 01.wav"]
+    # a failed export leaves the last one as it was
+    broken = audio.copy()
+    broken[2500] = np.nan
+    with pytest.raises(AudioError, match="NaN"):
+        write_chapter_files(book, broken, 24000, [ChapterSpan("A", 0, 1000), ChapterSpan("B", 1000, 3000)], ".wav")
+    assert sorted(p.name for p in book.iterdir()) == ["01 Chapter One.wav", "01 Prologue.flac", "02 Chapter Two.wav",
+                                                      "cover.jpg", "notes 01.wav"]
+    np.testing.assert_allclose(read_audio(book / "02 Chapter Two.wav")[0][:, 0], audio[1500:], atol=1 / 32767)
+
+
 def test_opus_files_round_trip(tmp_path):
     t = np.arange(24000) / 24000
     audio = (0.4 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)

@@ -334,3 +334,35 @@ def test_convert_of_a_malformed_folder_is_an_error_not_a_traceback(tmp_path, cli
     proc = vocable("convert", src, tmp_path / "o.gguf", env=cli_env)
     assert proc.returncode == 1 and "its configuration is malformed" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "o.gguf").exists()
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["say", "--max-frames", "0"], "--max-frames: must be a whole number of at least 1, not '0'"),
+    (["say", "--threads", "0"], "--threads: must be a whole number of at least 1, not '0'"),
+    (["say", "--seed", "-1"], "--seed: must be a whole number from 0 to"),
+    (["serve", "--queue", "-1"], "--queue: must be a whole number of at least 0, not '-1'"),
+    (["serve", "--port", "70000"], "--port: must be a whole number from 0 to 65535"),
+    (["bench", "--frames", "ten"], "--frames: must be a whole number of at least 1, not 'ten'"),
+])
+def test_bad_numbers_are_refused_before_any_work(tmp_path, cli_env, args, expected):
+    """Refused by the parser, before a model loads: no traceback, and the range in the message."""
+    proc = vocable(*args, "--model", tmp_path / "none.gguf", env=cli_env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_standard_input_is_read_as_utf8_whatever_the_locale(monkeypatch):
+    import argparse
+    import io
+
+    from vocable.cli import _read_text
+    from vocable.errors import VocableError
+
+    text = "Café, naïve — 東京."
+    args = argparse.Namespace(text=None, text_file="-")
+    # what a Windows pipe is without PYTHONUTF8: a cp1252 text stream over UTF-8 bytes
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(("\ufeff" + text).encode("utf-8")), encoding="cp1252"))
+    assert _read_text(args) == text
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("Café".encode("latin-1")), encoding="utf-8"))
+    with pytest.raises(VocableError, match="standard input is not UTF-8 text"):
+        _read_text(args)

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -78,6 +79,15 @@ def test_models_list_the_model_and_the_openai_names(client, engine):
     ids = [m.id for m in client.models.list().data]
     assert ids[0] == engine.model_path.stem
     assert {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"} <= set(ids)
+    assert client.models.retrieve("tts-1").id == "tts-1"
+    assert client.models.retrieve(engine.model_path.stem).owned_by == "vocable"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("whisper-1")
+    # the dated snapshots that newer clients send
+    for model in ("gpt-4o-mini-tts-2025-12-15", "tts-1-hd-1106"):
+        assert client.models.retrieve(model).id == model
+        assert client.audio.speech.create(model=model, voice="Ada", input=TEXT, response_format="wav",
+                                          extra_body=GREEDY).read()[:4] == b"RIFF"
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus", "aac"])
@@ -231,6 +241,146 @@ def test_a_client_that_leaves_cancels_its_synthesis(server, engine, caplog):
     assert any("speech: disconnected" in m for m in caplog.messages)
 
 
+LONG_TEXT = "A long text to speak, on and on. " * 100
+
+
+def unread_stream(server, text: str = LONG_TEXT) -> socket.socket:
+    """A speech request from a client that reads the response's first bytes, then nothing more:
+    its receive buffer is small, so the server's sends block once the kernel's buffers are full
+    (a long text's audio is several MB of pcm)."""
+    host, port = server.url.split("//")[1].split("/")[0].split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(60)
+    sock.connect((host, int(port)))
+    body = json.dumps({"model": "tts-1", "voice": "Ada", "input": text, "response_format": "pcm", "seed": 5}).encode()
+    sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert sock.recv(64).startswith(b"HTTP/1.1 200")
+    return sock
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    data = bytearray()
+    while piece := sock.recv(1 << 16):
+        data += piece
+    return bytes(data)
+
+
+def test_a_slow_reader_does_not_hold_the_engine(engine, library, caplog):
+    """The synthesis runs ahead of a client that reads slowly (a player reading at the pace of
+    playback): the engine's turn ends with the synthesis, another client is answered meanwhile,
+    and the slow one still gets every byte."""
+    caplog.set_level(logging.INFO, logger="vocable.server")
+    thread = start_server(engine, library)
+    try:
+        slow = unread_stream(thread)
+        gate = thread.app.state.gate
+        deadline = time.monotonic() + 90
+        while gate.busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not gate.busy, "the turn is held while a client reads"
+        other = httpx.post(thread.url + "/audio/speech", timeout=60,
+                           json={"model": "tts-1", "voice": "Ada", "input": TEXT, "response_format": "pcm", **GREEDY})
+        assert other.status_code == 200 and other.content
+        time.sleep(0.2)
+        # the slow one is still being sent (its sends wait on the client): only the other is over
+        assert sum(m.startswith("speech: complete") for m in caplog.messages) == 1
+        rest = read_to_end(slow)   # then it reads: the whole response, to its last chunk
+        slow.close()
+        assert len(rest) > (2 << 20) and rest.endswith(b"0\r\n\r\n")
+    finally:
+        thread.stop()
+
+
+def test_a_client_that_stops_reading_is_cut_off(engine, library, caplog):
+    caplog.set_level(logging.INFO, logger="vocable.server")
+    thread = start_server(engine, library, send_timeout=1.0)
+    try:
+        stalled = unread_stream(thread)
+        deadline = time.monotonic() + 90
+        while not any(m.startswith("speech: stalled") for m in caplog.messages) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert any(m.startswith("speech: stalled, pcm") for m in caplog.messages)
+        assert not read_to_end(stalled).endswith(b"0\r\n\r\n")   # the server closed it, short
+        stalled.close()
+        assert not thread.app.state.gate.busy
+    finally:
+        thread.stop()
+
+
+def test_a_client_that_leaves_the_line_is_not_served(server, engine, caplog):
+    """A client that gives up while it waits for the engine leaves the line at once (its place
+    is free for a live client), and nothing is synthesized for it."""
+    caplog.set_level(logging.INFO, logger="vocable.server")
+    gate = server.app.state.gate
+    request = {"model": "tts-1", "voice": "Ada", "input": TEXT, "response_format": "pcm", **GREEDY}
+    pool = ThreadPoolExecutor(1)
+    with engine._lock:   # the engine busy with other work
+        first = pool.submit(httpx.post, server.url + "/audio/speech", json=request, timeout=60)
+        deadline = time.monotonic() + 10
+        while not gate.busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(server.url + "/audio/speech", json=request, timeout=httpx.Timeout(10, read=0.5))
+        deadline = time.monotonic() + 10
+        while gate.waiting and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert gate.waiting == 0
+    assert first.result().status_code == 200
+    pool.shutdown()
+    deadline = time.monotonic() + 10   # the line is written once the response is over, after the client has it
+    while not any(m.startswith("speech: ") for m in caplog.messages) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)
+    assert any("the client left while it waited" in m for m in caplog.messages)
+    assert sum(m.startswith("speech: ") for m in caplog.messages) == 1
+
+
+def test_a_chunked_body_over_the_limit_is_413(server):
+    def body(pieces):
+        yield b'{"model": "tts-1", "voice": "Ada", "input": "'
+        for _ in range(pieces):
+            yield b"x" * 65536
+        yield b'"}'
+
+    r = httpx.post(server.url + "/audio/speech", content=body(20), timeout=30,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    # a chunked body within the limit is read as any other
+    r = httpx.post(server.url + "/audio/speech", timeout=30, headers={"content-type": "application/json"},
+                   content=iter([json.dumps({"model": "tts-1", "voice": "Ada", "input": TEXT, "response_format": "wav",
+                                             **GREEDY}).encode()]))
+    assert r.status_code == 200 and r.content[:4] == b"RIFF"
+
+
+def test_a_synthesis_that_fails_at_once_frees_its_encoder(server, client, monkeypatch):
+    """A request whose first chunk fails (a device out of memory) gets its error, and the mp3
+    encoder's pipe and thread are freed with the synthesis."""
+    from vocable.errors import VocableError
+    from vocable.server import app as server_app
+
+    closed = []
+
+    class FailingBody(server_app.SpeechBody):
+        def start(self):
+            raise VocableError("the device ran out of memory")
+
+        def close(self):
+            closed.append(self._encoder)
+            super().close()
+
+    monkeypatch.setattr(server_app, "SpeechBody", FailingBody)
+    encoders = threading.active_count()
+    with pytest.raises(openai.BadRequestError, match="ran out of memory"):
+        client.audio.speech.create(model="tts-1", voice="Ada", input=TEXT, response_format="mp3")
+    assert len(closed) == 1 and not server.app.state.gate.busy
+    deadline = time.monotonic() + 5
+    while threading.active_count() > encoders and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() <= encoders
+
+
 def test_the_log_has_the_request_line_never_the_text(client, caplog):
     caplog.set_level(logging.INFO, logger="vocable.server")
     secret = "My bank PIN is four four seven one."
@@ -264,6 +414,16 @@ def test_upload_a_voice_then_speak_in_it(server, client, reference_clip, tmp_pat
     huge = httpx.post(server.url + "/voices", timeout=30, data={"name": "Huge"},
                       files={"file": ("huge.wav", b"\0" * (21 << 20), "audio/wav")})
     assert huge.status_code == 413
+    # a second voice of the same name would make the name useless in every later request
+    again = httpx.post(server.url + "/voices", timeout=60, data={"name": " cleo "},
+                       files={"file": ("me.flac", clip.read_bytes(), "audio/flac")})
+    assert again.status_code == 409 and again.json()["error"]["code"] == "voice_exists"
+    assert made["id"] in again.json()["error"]["message"]
+    assert client.audio.speech.create(model="tts-1", voice="Cleo", input=TEXT, response_format="wav",
+                                      extra_body=GREEDY).read()[:4] == b"RIFF"
+    named = httpx.post(server.url + "/voices", timeout=10, data={"name": "bad\x07name"},
+                       files={"file": ("me.flac", clip.read_bytes(), "audio/flac")})
+    assert named.status_code == 400 and named.json()["error"]["param"] == "name"
 
 
 def test_no_model_yet_is_a_clear_503(library):

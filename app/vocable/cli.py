@@ -125,22 +125,33 @@ def _cmd_embed(args) -> int:
     return 0
 
 
+def _whole_number(low: int, high: int | None = None):
+    """An argparse type: a whole number in [low, high], with the range in the error."""
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = low - 1
+        if n < low or (high is not None and n > high):
+            span = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            raise argparse.ArgumentTypeError(f"must be a whole number {span}, not '{value}'")
+        return n
+    return parse
+
+
 def _batch_width(value: str) -> int:
     from . import _engine
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= _engine.MAX_BATCH:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {_engine.MAX_BATCH}, not '{value}'")
-    return n
+    return _whole_number(1, _engine.MAX_BATCH)(value)
 
 
 def _read_text(args) -> str:
     if args.text is not None:
         text = args.text
-    elif args.text_file == "-":
-        text = sys.stdin.read()
+    elif args.text_file == "-":   # UTF-8 whatever the locale (a Windows pipe would be read as cp1252)
+        try:
+            text = sys.stdin.buffer.read().decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise VocableError(f"standard input is not UTF-8 text (byte {e.start}); send UTF-8") from None
     else:
         path = Path(args.text_file)
         if not path.is_file():
@@ -392,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--whisper", help="speech recognition model: a name in the store (tiny, base, ...) or a folder")
     e.add_argument("--name", help="voice name (default: the file name)")
     e.add_argument("--out", required=True, help="voice file to write")
-    e.add_argument("--threads", type=int)
+    e.add_argument("--threads", type=_whole_number(1))
     _add_device_option(e)
     e.add_argument("--dump-dir", help="write every engine stage as .npy here")
     e.set_defaults(func=_cmd_embed)
@@ -417,12 +428,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--whisper", help="speech recognition model for --check: a name in the store or a folder")
     s.add_argument("--output-device", help="audio output for --play (a name or part of one, or an index)")
     s.add_argument("--language", default="auto", help="auto (default) or a language the model knows: english, ...")
-    s.add_argument("--seed", type=int, help="reproduce a run (the seed is printed at the end)")
+    s.add_argument("--seed", type=_whole_number(0, 2 ** 64 - 1), help="reproduce a run (the seed is printed at the end)")
     s.add_argument("--greedy", action="store_true", help="take the most likely codes instead of sampling")
-    s.add_argument("--max-frames", type=int, help="stop after this many frames (80 ms each)")
+    s.add_argument("--max-frames", type=_whole_number(1), help="stop each segment of the text after this many "
+                   "frames (80 ms each)")
     s.add_argument("--batch", type=_batch_width, help="how many segments of a long text generate side by side "
                    f"(default {FILE_BATCH}; 1 with --play, where the first audio matters more)")
-    s.add_argument("--threads", type=int)
+    s.add_argument("--threads", type=_whole_number(1))
     _add_device_option(s)
     s.set_defaults(func=_cmd_say)
 
@@ -430,14 +442,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--model", help="converted .gguf model (default: the one the app uses)")
     r.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
                    "any other needs --api-key)")
-    r.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free one)")
+    r.add_argument("--port", type=_whole_number(0, 65535), default=8765, help="port (default 8765; 0: any free one)")
     r.add_argument("--api-key", help="the key clients must send (Authorization: Bearer KEY); default: the "
                    "VOCABLE_API_KEY environment variable, which keeps it out of the process list")
     r.add_argument("--voices", help="voice library folder (default: the app's)")
-    r.add_argument("--queue", type=int, default=8, help="requests that may wait for the engine (default 8); "
+    r.add_argument("--queue", type=_whole_number(0), default=8, help="requests that may wait for the engine (default 8); "
                    "more get 429 with Retry-After")
-    r.add_argument("--max-input-chars", type=int, default=4096, help="longest text accepted (default 4096)")
-    r.add_argument("--threads", type=int)
+    r.add_argument("--max-input-chars", type=_whole_number(1), default=4096, help="longest text accepted (default 4096)")
+    r.add_argument("--threads", type=_whole_number(1))
     _add_device_option(r)
     r.set_defaults(func=_cmd_serve)
 
@@ -445,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("audio")
     tr.add_argument("--language", help="Whisper's language code (en, de, ...); default: detected")
     tr.add_argument("--whisper", help="speech recognition model: a name in the store (tiny, base, ...) or a folder")
-    tr.add_argument("--threads", type=int)
+    tr.add_argument("--threads", type=_whole_number(1))
     tr.set_defaults(func=_cmd_transcribe)
 
     wd = sub.add_parser("whisper-download", help="download a speech recognition model (Whisper, for faster-whisper)")
@@ -468,13 +480,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=_cmd_about)
 
     b = sub.add_parser("bench", help="time the engine against the PyTorch reference on random real-size weights")
-    b.add_argument("--threads", type=int, default=2)
+    b.add_argument("--threads", type=_whole_number(1), default=2)
     b.add_argument("--device", default="cpu", help="where the engine runs: cpu (default), auto, or a device id "
                    "that `vocable about` lists (vulkan:0); a software driver such as lavapipe times correctness, not speed")
     b.add_argument("--ref-seconds", type=float, default=10.0)
-    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--repeats", type=_whole_number(1), default=3)
     b.add_argument("--cache-dir", help="where the random real-size model is kept")
-    b.add_argument("--frames", type=int, default=50, help="frames to generate per weight type (80 ms each)")
+    b.add_argument("--frames", type=_whole_number(1), default=50, help="frames to generate per weight type (80 ms each)")
     b.add_argument("--types", default="f32,f16,q8_0,q4_k", help="comma-separated weight types to time generation for")
     b.add_argument("--model", help="bench this model instead (an HF folder, or a .gguf: no reference then)")
     b.add_argument("--batch", type=_batch_width, default=FILE_BATCH,
@@ -482,9 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-long-text", action="store_true", help="skip the long-text run (10 segments, one by one "
                    "and in a batch)")
     b.add_argument("--no-reference", action="store_true", help="skip the PyTorch side")
-    b.add_argument("--background-load", type=int, default=0, metavar="N",
+    b.add_argument("--background-load", type=_whole_number(0), default=0, metavar="N",
                    help="also time synthesis beside N busy processes (each spins one core)")
-    b.add_argument("--background-engines", type=int, default=0, metavar="N",
+    b.add_argument("--background-engines", type=_whole_number(0), default=0, metavar="N",
                    help="also time synthesis beside N other engines synthesizing at the same time")
     b.add_argument("--cpu-variants", metavar="A,B,...",
                    help="also time synthesis, and the long text --batch at a time, on each of these ggml CPU "

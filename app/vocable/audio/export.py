@@ -12,6 +12,8 @@ import contextlib
 import importlib.util
 import os
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -28,6 +30,7 @@ M4B_BITRATE = 64000   # AAC-LC, mono speech at 24 kHz: transparent for a voice, 
 _AAC_FRAME = 1024
 _MAX_TITLE_BYTES = 120
 _UNSAFE_IN_NAMES = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]+')
+_CHAPTER_STEM = re.compile(r"\d{2,}( .*)?")   # what chapter_file_name makes, less the suffix
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,10 @@ def chapter_file_name(index: int, count: int, title: str, suffix: str) -> str:
 def write_chapter_files(folder: str | os.PathLike, samples: np.ndarray, sample_rate: int,
                         chapters: Sequence[ChapterSpan], suffix: str) -> list[Path]:
     """One file per chapter with audio (of `suffix`'s format) in `folder`, created if its parent
-    exists; returns the files in order. All or nothing: a failure removes the files this call
-    wrote."""
+    exists; returns the files in order. The folder then holds this book alone: the numbered
+    files of the same type that an earlier export left there ("02 Old Title.mp3") are removed,
+    so that no player mixes two books. All or nothing: the files are written aside first, and a
+    failure leaves the folder as it was."""
     folder = Path(folder)
     suffix = check_chapter_output(folder, suffix)
     chapters = spoken_chapters(chapters)
@@ -101,19 +106,26 @@ def write_chapter_files(folder: str | os.PathLike, samples: np.ndarray, sample_r
         raise AudioError("none of the chapters has audio")
     try:
         folder.mkdir(exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".vocable-chapters-", dir=folder))
     except OSError as e:
         raise AudioError(f"cannot make the folder {folder}: {e.strerror or e}") from e
     x = np.asarray(samples)
-    written: list[Path] = []
     try:
-        for i, chapter in enumerate(chapters):
-            name = chapter_file_name(i, len(chapters), chapter.title, suffix)
-            written.append(write_audio(folder / name, x[chapter.start:chapter.end], sample_rate))
-    except AudioError:
-        for path in written:
-            path.unlink(missing_ok=True)
-        raise
-    return written
+        names = [chapter_file_name(i, len(chapters), chapter.title, suffix) for i, chapter in enumerate(chapters)]
+        for name, chapter in zip(names, chapters):
+            write_audio(staging / name, x[chapter.start:chapter.end], sample_rate)
+        try:
+            for old in folder.iterdir():
+                if (old.suffix.lower() == suffix and old.name not in names and _CHAPTER_STEM.fullmatch(old.stem)
+                        and old.is_file()):
+                    old.unlink()
+            for name in names:
+                os.replace(staging / name, folder / name)
+        except OSError as e:
+            raise AudioError(f"cannot write the chapters into {folder}: {e.strerror or e}") from e
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [folder / name for name in names]
 
 
 def check_chapter_output(folder: str | os.PathLike, suffix: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -17,20 +18,22 @@ from typing import Callable, Literal, Optional, Union
 import anyio
 from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..audio.encoding import MEDIA_TYPES, aac_available
 from ..audio.tempo import MAX_SPEED, MIN_SPEED
 from ..errors import VocableError
-from ..library.voices import VoiceEntry, VoiceLibrary
+from ..library.voices import VoiceEntry, VoiceLibrary, check_name
 from .gate import EngineGate, QueueFull
 from .speech import SpeechBody, SpeechStream
 
 log = logging.getLogger("vocable.server")
 
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")   # what OpenAI clients send by default
+# and their dated snapshots (tts-1-1106, gpt-4o-mini-tts-2025-12-15)
+DATED_ALIAS = re.compile(r"(tts-1|tts-1-hd|gpt-4o-mini-tts)-\d{4}(-\d{2}-\d{2})?")
 UPLOAD_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".w64", ".caf"}
 
 
@@ -43,6 +46,7 @@ class ServerConfig:
     max_upload_bytes: int = 20 << 20     # a reference clip
     max_json_bytes: int = 1 << 20
     max_waiting: int = 8                 # requests in line behind the one computing
+    send_timeout: float = 60.0           # seconds a client may leave a piece of audio unread
 
 
 class ApiError(Exception):
@@ -100,7 +104,9 @@ def _find_voice(entries: list[VoiceEntry], wanted: str) -> VoiceEntry:
 
 
 class _BodyLimit:
-    """Refuses a request body over its limit (413) before it is read into memory."""
+    """Refuses a request body over its limit (413) before it is read into memory. A body of
+    declared length is refused from its header (the server's framing holds it to that length); a
+    chunked one is read here up to the limit, then handed on."""
 
     def __init__(self, app, config: ServerConfig):
         self._app, self._config = app, config
@@ -114,18 +120,25 @@ class _BodyLimit:
         too_big = ApiError(413, f"the request body is over {limit} bytes", code="request_too_large")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return await too_big.response()(scope, receive, send)
+        if declared is not None:
+            return await self._app(scope, receive, send)
+        read: list[dict] = []
         seen = 0
-
-        async def bounded_receive():
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise too_big
-            return message
+            read.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                return await too_big.response()(scope, receive, send)
+            if not message.get("more_body", False):
+                break
 
-        await self._app(scope, bounded_receive, send)   # ApiError from a read: the app's handler answers
+        async def replay():
+            return read.pop(0) if read else await receive()
+
+        await self._app(scope, replay, send)
 
 
 class _RequestLog:
@@ -168,13 +181,28 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
         if scheme.lower() != "bearer" or not hmac.compare_digest(key.strip().encode(), config.api_key.encode()):
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
 
-    async def take_turn():
-        """A turn at the engine, or 429 with Retry-After when the line is full."""
-        try:
-            return await gate.enter()
-        except QueueFull as e:
-            raise ApiError(429, str(e), code="queue_full", kind="rate_limit_error",
-                           headers={"Retry-After": str(e.retry_after)}) from None
+    async def take_turn(http: Request):
+        """A turn at the engine; 429 with Retry-After when the line is full; None when the client
+        went away while it waited (it leaves the line, and nothing is computed for it)."""
+        ticket, full = None, None
+        async with anyio.create_task_group() as group:
+            async def watch_disconnect() -> None:
+                while (await http.receive())["type"] != "http.disconnect":
+                    pass
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch_disconnect)
+            try:
+                ticket = await gate.enter()
+            except QueueFull as e:
+                full = e
+            group.cancel_scope.cancel()
+        if full is not None:
+            raise ApiError(429, str(full), code="queue_full", kind="rate_limit_error",
+                           headers={"Retry-After": str(full.retry_after)})
+        if ticket is None:
+            log.info("%s %s: the client left while it waited for the engine", http.method, http.url.path)
+        return ticket
 
     def current_engine():
         engine = engine_source()
@@ -184,6 +212,13 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
 
     def model_ids(engine) -> list[str]:
         return [Path(engine.model_path).stem, *MODEL_ALIASES]
+
+    def serves(engine, model: str) -> bool:
+        return model in model_ids(engine) or DATED_ALIAS.fullmatch(model) is not None
+
+    def model_json(engine, model: str) -> dict:
+        return {"id": model, "object": "model", "created": int(Path(engine.model_path).stat().st_mtime),
+                "owned_by": "vocable"}
 
     @app.exception_handler(ApiError)
     async def api_error(_request, e: ApiError):
@@ -210,9 +245,15 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
     @app.get("/v1/models", dependencies=[Depends(check_key)])
     async def list_models():
         engine = current_engine()
-        created = int(Path(engine.model_path).stat().st_mtime)
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": created, "owned_by": "vocable"}
-                                           for name in model_ids(engine)]}
+        return {"object": "list", "data": [model_json(engine, name) for name in model_ids(engine)]}
+
+    @app.get("/v1/models/{model}", dependencies=[Depends(check_key)])
+    async def retrieve_model(model: str):
+        engine = current_engine()
+        if not serves(engine, model):
+            raise ApiError(404, f"The model '{model}' does not exist; this server has: {', '.join(model_ids(engine))}",
+                           "model", "model_not_found")
+        return model_json(engine, model)
 
     @app.get("/v1/voices", dependencies=[Depends(check_key)])
     async def list_voices():
@@ -220,9 +261,14 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
         return {"object": "list", "data": [_voice_json(e) for e in entries]}
 
     @app.post("/v1/voices", status_code=201, dependencies=[Depends(check_key)])
-    async def add_voice(name: str = Form(..., max_length=200), file: UploadFile = File(...),
+    async def add_voice(http: Request, name: str = Form(..., max_length=200), file: UploadFile = File(...),
                         transcript: Optional[str] = Form(None, max_length=2000)):
         engine = current_engine()
+        try:
+            name = check_name(name)
+        except VocableError as e:
+            raise ApiError(400, str(e), "name", "invalid_name") from None
+        _refuse_taken_name(await anyio.to_thread.run_sync(library.entries), name)
         suffix = Path(file.filename or "").suffix.lower()
         if suffix not in UPLOAD_SUFFIXES:
             raise ApiError(400, f"the clip must be an audio file ({', '.join(sorted(UPLOAD_SUFFIXES))}), "
@@ -230,7 +276,9 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
         data = await file.read(config.max_upload_bytes + 1)
         if len(data) > config.max_upload_bytes:
             raise ApiError(413, f"the clip is over {config.max_upload_bytes} bytes", "file", "file_too_large")
-        ticket = await take_turn()
+        ticket = await take_turn(http)
+        if ticket is None:
+            return Response(status_code=499)
         try:
             entry = await anyio.to_thread.run_sync(_embed_and_save, engine, library, data, suffix, name, transcript)
         except VocableError as e:
@@ -240,9 +288,9 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
         return _voice_json(entry)
 
     @app.post("/v1/audio/speech", dependencies=[Depends(check_key)])
-    async def speech(request: SpeechRequest):
+    async def speech(request: SpeechRequest, http: Request):
         engine = current_engine()
-        if request.model not in model_ids(engine):
+        if not serves(engine, request.model):
             raise ApiError(400, f"unknown model '{request.model}'; this server has: {', '.join(model_ids(engine))}",
                            "model", "model_not_found")
         text = request.input
@@ -256,7 +304,9 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
                                 "flac, wav or pcm", "response_format", "unsupported_format")
         wanted = request.voice if isinstance(request.voice, str) else request.voice.id
         entry = _find_voice(await anyio.to_thread.run_sync(library.entries), wanted)
-        ticket = await take_turn()
+        ticket = await take_turn(http)
+        if ticket is None:
+            return Response(status_code=499)
         started = time.perf_counter()
         body = None
         try:
@@ -271,7 +321,6 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
         stream: SpeechStream | None = None
 
         def finished(outcome: str) -> None:
-            ticket.release()
             if outcome == "disconnected" and stream is not None and stream.disconnected_at is not None:
                 app.state.last_cancel_seconds = time.perf_counter() - stream.disconnected_at
             log.info("speech: %s, %s, first audio after %.0f ms, %.2f s of audio in %.2f s", outcome,
@@ -280,7 +329,8 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
         media_type = "text/event-stream" if request.stream_format == "sse" else MEDIA_TYPES[request.response_format]
         stream = SpeechStream(body, {"Content-Type": media_type, "Cache-Control": "no-store",
                                      "X-Vocable-Seed": str(body.synthesis.seed),
-                                     "X-Vocable-Mode": body.synthesis.mode}, finished)
+                                     "X-Vocable-Mode": body.synthesis.mode}, ticket.release, finished,
+                              config.send_timeout)
         return stream
 
     app.add_middleware(_BodyLimit, config=config)
@@ -288,10 +338,21 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
     return app
 
 
+def _refuse_taken_name(entries: list[VoiceEntry], name: str) -> None:
+    """409 when the library has a voice of this name: a second one would make the name ambiguous
+    in every later request."""
+    for entry in entries:
+        if entry.name.casefold() == name.casefold():
+            raise ApiError(409, f"a voice named '{entry.name}' exists already (id {entry.id}); speak in it, or "
+                                "choose another name", "name", "voice_exists")
+
+
 def _embed_and_save(engine, library: VoiceLibrary, data: bytes, suffix: str, name: str,
                     transcript: str | None) -> VoiceEntry:
     from ..audio.files import read_reference
     from ..audio.reference import check_reference
+
+    _refuse_taken_name(library.entries(), name)   # again, in turn: another upload may have taken it meanwhile
 
     with tempfile.TemporaryDirectory(prefix="vocable-upload-") as folder:
         path = Path(folder) / ("clip" + suffix)
@@ -305,12 +366,16 @@ def _embed_and_save(engine, library: VoiceLibrary, data: bytes, suffix: str, nam
 def _start_speech(engine, library: VoiceLibrary, entry: VoiceEntry, request: SpeechRequest) -> SpeechBody:
     voice = library.load(entry.id)
     synthesis = engine.synthesize(request.input, voice, request.language, seed=request.seed, greedy=request.greedy)
+    body = None
     try:
         body = SpeechBody(synthesis, request.response_format, request.speed, request.stream_format == "sse",
                           len(engine.tokenizer.target_prompt(request.input).ids))
         body.start()
     except BaseException:
-        synthesis.close()
+        if body is not None:
+            body.close()   # the synthesis and the encoder (its pipe and thread, for mp3 and opus)
+        else:
+            synthesis.close()
         raise
     return body
 

@@ -1,6 +1,8 @@
 """One speech response: the synthesis' chunks, sped up or slowed down, encoded and sent as they
 come, as plain audio or as server-sent events; a client that goes away cancels the synthesis at
-once, not when the next chunk fails to send."""
+once, not when the next chunk fails to send. The synthesis runs ahead of a client that reads
+slowly (a player reading at the pace of playback), so the engine's turn ends with the synthesis,
+not with the last byte sent; a client that stops reading altogether is cut off after a timeout."""
 from __future__ import annotations
 
 import base64
@@ -83,16 +85,21 @@ class SpeechBody:
 
 
 class SpeechStream(Response):
-    """An ASGI response for a SpeechBody; `on_close(outcome)` runs once it is over, whatever
-    happened ("complete", "disconnected" or "failed"). Starlette's StreamingResponse would notice a
-    client gone only at its next send, a chunk later; this one listens for it while it waits."""
+    """An ASGI response for a SpeechBody. `on_synthesized()` runs once the synthesis has ended (or
+    the response is over, if that comes first), `on_close(outcome)` once the response is over,
+    whatever happened ("complete", "disconnected", "stalled": no send went through for
+    `send_timeout` seconds, or "failed"). Starlette's StreamingResponse would notice a client gone
+    only at its next send, a chunk later; this one listens for it while it waits."""
 
-    def __init__(self, body: SpeechBody, headers: dict[str, str], on_close: Callable[[str], None]):
+    def __init__(self, body: SpeechBody, headers: dict[str, str], on_synthesized: Callable[[], None],
+                 on_close: Callable[[str], None], send_timeout: float):
         self.status_code = 200
         self.background = None
         self._body = body
         self._headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self._on_synthesized = on_synthesized
         self._on_close = on_close
+        self._send_timeout = send_timeout
         self.disconnected_at: float | None = None
         self._complete = False
 
@@ -111,7 +118,12 @@ class SpeechStream(Response):
                             group.cancel_scope.cancel()
                             return
 
+                async def watch_synthesis() -> None:
+                    await anyio.to_thread.run_sync(self._body.synthesis.wait, abandon_on_cancel=True)
+                    self._on_synthesized()
+
                 group.start_soon(watch_disconnect)
+                group.start_soon(watch_synthesis)
                 outcome = await self._send_all(send)
                 group.cancel_scope.cancel()
         except OSError:   # the socket went away under a send
@@ -121,23 +133,35 @@ class SpeechStream(Response):
                 outcome = "disconnected"
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._body.close)
+            self._on_synthesized()
             self._on_close(outcome)
 
     async def _send_all(self, send) -> str:
-        await send({"type": "http.response.start", "status": 200, "headers": self._headers})
+        try:
+            return await self._send_pieces(send)
+        except TimeoutError:   # the client stopped reading: its socket's buffers stayed full
+            self._body.cancel()
+            return "stalled"
+
+    async def _send(self, send, message: dict) -> None:
+        with anyio.fail_after(self._send_timeout):
+            await send(message)
+
+    async def _send_pieces(self, send) -> str:
+        await self._send(send, {"type": "http.response.start", "status": 200, "headers": self._headers})
         while True:
             try:
                 data = await anyio.to_thread.run_sync(self._body.next_bytes, abandon_on_cancel=True)
             except Exception as e:  # the engine failed mid-stream: the status is sent already
                 log.error("synthesis failed mid-stream: %s", e)
                 if self._body.sse:
-                    await send({"type": "http.response.body", "body": self._body.error_event(str(e)),
-                                "more_body": False})
+                    await self._send(send, {"type": "http.response.body", "body": self._body.error_event(str(e)),
+                                            "more_body": False})
                 # otherwise the response ends without its last chunk: the client sees it cut short
                 return "failed"
             if data is None:
                 self._complete = True
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await self._send(send, {"type": "http.response.body", "body": b"", "more_body": False})
                 return "complete"
             if data:
-                await send({"type": "http.response.body", "body": data, "more_body": True})
+                await self._send(send, {"type": "http.response.body", "body": data, "more_body": True})
