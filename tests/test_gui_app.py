@@ -185,7 +185,10 @@ def test_drop_generate_and_save(qtbot, home, model, open_window, tmp_path, monke
     for ext in ("wav", "flac", "ogg", "opus", "mp3"):
         out = tmp_path / f"speech.{ext}"
         answer_save(monkeypatch, out)
-        w.result.save_button.click()
+        w.result.save_button.click()   # written on a worker: the window stays live
+        assert w.c.is_saving and not w.result.save_button.isEnabled() and not w.save_action.isEnabled()
+        qtbot.waitUntil(lambda: not w.c.is_saving, timeout=WAIT_MS)
+        assert w.result.save_button.isEnabled()
         if ext == "mp3" and "MP3" not in sf.available_formats():
             assert "MP3" in w.last_error[1]
             continue
@@ -234,7 +237,8 @@ def test_a_text_with_headings_is_saved_as_chapters(qtbot, home, model, open_wind
     assert "2 chapters" in w.result.info.text()
 
     answer_save(monkeypatch, tmp_path / "story.flac")
-    w.result.chapters_button.click()
+    with qtbot.waitSignal(w.c.saved, timeout=WAIT_MS):
+        w.result.chapters_button.click()
     files = sorted((tmp_path / "story").iterdir())
     assert [f.name for f in files] == ["01 The Start.flac", "02 The End.flac"]
     assert [sf.info(str(f)).frames for f in files] == [c.end - c.start for c in spans]
@@ -244,7 +248,8 @@ def test_a_text_with_headings_is_saved_as_chapters(qtbot, home, model, open_wind
             return [(m["metadata"]["title"], float(m["start"] * m["time_base"])) for m in container.chapters()]
 
     answer_save(monkeypatch, tmp_path / "story.m4b")
-    w.result.save_button.click()
+    with qtbot.waitSignal(w.c.saved, timeout=WAIT_MS):
+        w.result.save_button.click()
     expected = [("The Start", 0), ("The End", pytest.approx(spans[1].start / 24000, abs=1e-3))]  # marks in ms
     assert m4b_chapters(tmp_path / "story.m4b") == expected
 
@@ -252,7 +257,8 @@ def test_a_text_with_headings_is_saved_as_chapters(qtbot, home, model, open_wind
     w.c.show_history(entry_id, play=False)
     assert w.c.result_chapters == spans and w.result.chapters_button.isVisible()
     answer_save(monkeypatch, tmp_path / "again.m4b")
-    w.export_history(entry_id)
+    with qtbot.waitSignal(w.c.saved, timeout=WAIT_MS):
+        w.export_history(entry_id)
     assert m4b_chapters(tmp_path / "again.m4b") == expected
 
     generate(qtbot, w, "No headings here.", seed=4)
@@ -294,7 +300,7 @@ def test_the_reference_is_embedded_while_the_user_types(qtbot, home, model, open
     qtbot.waitUntil(lambda: w.c.reference.voice is not None, timeout=WAIT_MS)
 
 
-def test_stop_midway(qtbot, home, model, open_window):
+def test_stop_midway(qtbot, home, model, open_window, monkeypatch):
     set_model(model)
     w = open_window()
     load_reference(qtbot, w)
@@ -312,6 +318,43 @@ def test_stop_midway(qtbot, home, model, open_window):
     assert w.speak.generate_button.isEnabled()
     generate(qtbot, w, "Short again.")   # the engine is usable after a stop
     assert w.c.result.audio.size > 0
+    # the result plays on after its generation ended: Stop (and Escape) stop the playback
+    import vocable.audio.playback as playback
+    monkeypatch.setattr(playback, "StreamPlayer", FakeStreamPlayer)
+    w.c.result_player.available = True
+    w.c.result_player.play()
+    qtbot.waitUntil(lambda: w.c.result_player.state == "playing", timeout=5000)
+    assert w.speak.stop_button.isEnabled()
+    w.speak.stop_button.click()
+    assert w.c.result_player.state == "stopped" and not w.speak.stop_button.isEnabled()
+
+
+def test_settings_changed_while_speaking_apply_when_it_ends(qtbot, home, model, open_window):
+    """Preferences > OK during a generation: the speech goes on, the model reloads with the new
+    settings once it ends (not refused as busy), and no generation starts on the engine that a
+    reload is about to close."""
+    from vocable.library.settings import Settings
+
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    errors = []
+    w.c.error.connect(lambda title, message: errors.append((title, message)))
+    engine = w.c.engine
+    w.speak.text.setPlainText(LONG_TEXT)
+    w.speak.generate_button.click()
+    assert w.c.is_generating
+    w.c.update_settings(threads=1)
+    assert w.c.engine is engine and Settings.load().threads == 1
+    w.speak.stop_button.click()
+    qtbot.waitUntil(lambda: w.c.engine is not engine and w.c.model_status == "ready", timeout=WAIT_MS)
+    assert errors == []
+    w.c.load_model(model)   # while a model loads, Generate (and Ctrl+Enter) are refused
+    assert w.c.can_generate() == (False, "the model is loading") and not w.speak.generate_button.isEnabled()
+    w.generate()
+    assert not w.c.is_generating
+    qtbot.waitUntil(lambda: w.c.model_status == "ready", timeout=WAIT_MS)
+    assert w.speak.generate_button.isEnabled()
 
 
 def test_voice_library_survives_a_restart(qtbot, home, model, open_window, monkeypatch, tmp_path):
@@ -409,7 +452,8 @@ def test_history_replay_export_delete(qtbot, home, model, open_window, monkeypat
     assert "history" in w.result.info.text().lower()
     out = tmp_path / "first.ogg"
     answer_save(monkeypatch, out)
-    w.history.export_button.click()
+    with qtbot.waitSignal(w.c.saved, timeout=WAIT_MS):
+        w.history.export_button.click()
     assert sf.info(str(out)).frames > 0
     monkeypatch.setattr(QMessageBox, "question", staticmethod(lambda *a, **k: QMessageBox.Yes))
     w.history.delete_button.click()
@@ -435,7 +479,8 @@ def test_without_any_audio_device(qtbot, home, model, open_window, monkeypatch, 
     assert w.c.result.audio.size > 0
     out = tmp_path / "quiet.wav"
     answer_save(monkeypatch, out)
-    w.result.save_button.click()
+    with qtbot.waitSignal(w.c.saved, timeout=WAIT_MS):
+        w.result.save_button.click()
     assert out.is_file()
     w.c.start_recording()  # refused with the reason, no crash
     assert "sounddevice" in w.last_error[1]
@@ -495,6 +540,36 @@ def test_recording_shows_level_and_stops_by_itself(qtbot, home, model, open_wind
     assert not w.c.is_recording and not w.reference.meter.isVisible()
     assert levels and max(db for db, _ in levels) == -6.0 and levels[-1][1] > 1.0
     assert w.c.reference.name.startswith("recording") and 1.5 < w.c.reference.seconds <= 2.05
+
+
+def test_a_microphone_that_fails_midway_keeps_what_was_recorded(qtbot, home, model, open_window, monkeypatch):
+    """The USB microphone is unplugged after 3 s: the take so far becomes the reference, and the
+    user is told the recording was cut short."""
+    import vocable.audio.recorder as recorder
+    import vocable.gui.controller.devices as devices
+    from fake_sounddevice import FakeSoundDevice
+
+    sd = FakeSoundDevice([{"index": 0, "name": "USB mic", "max_input_channels": 1, "max_output_channels": 0,
+                           "default_samplerate": 48000.0}])
+    monkeypatch.setattr(recorder, "_sounddevice", lambda: sd)
+    monkeypatch.setattr(devices, "query_audio_devices",
+                        lambda: devices.AudioAvailability(output=False, input=True, inputs=["USB mic"],
+                                                             output_reason="test"))
+    set_model(model)
+    w = open_window()
+    errors = []
+    w.c.error.connect(lambda title, message: errors.append((title, message)))
+    w.reference.record_button.click()
+    qtbot.waitUntil(lambda: w.c.is_recording, timeout=5000)
+    stream = sd.streams[-1]
+    tone = (0.3 * np.sin(2 * np.pi * 200 * np.arange(48000) / 48000)).astype(np.float32)[:, None]
+    with qtbot.waitSignal(w.c.reference_changed, timeout=10_000):
+        for _ in range(3):
+            stream.run_callback(tone)
+        stream._end()   # PortAudio ends the stream by itself
+    assert not w.c.is_recording
+    assert w.c.reference is not None and 2.9 < w.c.reference.seconds <= 3.05
+    assert [title for title, _ in errors] == ["Recording cut short"] and "3.0 s recorded" in errors[0][1]
 
 
 # -- errors, keyboard ----------------------------------------------------------------------------------------------
@@ -743,6 +818,37 @@ def test_help_about_shows_versions_the_model_and_licenses(qtbot, home, model, op
 
 # -- the selftest ----------------------------------------------------------------------------------------------------
 
+CLOSE_WHILE_BUSY = """
+import os, sys, time
+from PySide6.QtCore import QTimer
+import vocable.gui.controller as controller
+from vocable.gui import workers
+from vocable.gui.app import make_application
+from vocable.gui.main_window import MainWindow
+controller.SHUTDOWN_WAIT_SEC = 0.5
+app = make_application([])
+w = MainWindow()
+w.show()
+workers.start(workers.FunctionWorker(lambda _w: time.sleep(30), "checking the result"))
+QTimer.singleShot(200, w.close)
+QTimer.singleShot(400, app.quit)
+app.exec()
+print("not reached: the close exits", flush=True)
+"""
+
+
+def test_closing_beside_a_job_that_cannot_be_cancelled_exits_cleanly(home):
+    """A job that cannot be cancelled (a long encode, a model load) still runs when the window
+    closes: the app waits a while, then exits with status 0 and says so in its log, where Qt
+    would abort the process (a QThread destroyed while running) after a frozen window."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", CLOSE_WHILE_BUSY], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert time.monotonic() - started < 20 and "not reached" not in proc.stdout
+    assert "exiting while still running: checking the result" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_selftest_runs_one_clone(home, model, tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VOCABLE_HOME=str(home))
     out = tmp_path / "selftest.flac"
@@ -875,6 +981,20 @@ def test_clip_player_play_pause_seek(qtbot, monkeypatch):
     third.played_seconds, third.finished = 3.0, True       # played to the end
     qtbot.waitUntil(lambda: clip.state == STOPPED, timeout=2000)
     assert clip.position == 0.0
+
+    # while a synthesis streams, its own player plays: Space neither pauses it (which would end
+    # the playback of the speech still to come) nor opens another on what has come so far
+    clip.begin_stream(24000)
+    clip.append(samples[:24000])
+    streamed = FakeStreamPlayer(24000)
+    clip.attach_stream_player(streamed)
+    for _ in range(2):
+        qtbot.keyClick(view.view, Qt.Key_Space)
+    assert clip.state == PLAYING and not streamed.stopped and len(FakeStreamPlayer.opened) == 4
+    clip.append(samples[24000:])
+    clip.end_stream(samples)
+    qtbot.keyClick(view.view, Qt.Key_Space)               # once the stream has ended, Space pauses
+    assert clip.state == PAUSED and streamed.stopped
 
 
 def test_progress_line_says_why_playback_waits():

@@ -176,6 +176,24 @@ def test_sizes_that_do_not_fit_together_are_refused(converted, tmp_path, kv):
     assert "unsupported codec" in result["error"] and "geometry" in result["error"], result
 
 
+# Values that each load, but where what the talker writes is not what the decoder reads: the
+# first made synthesis read past its codes (8 codebooks written, 16 read: a heap overflow under
+# the sanitizer), or a window of millions of frames kept a device's reserve busy for minutes.
+@pytest.mark.parametrize("key, value, expected", [
+    ("qwen3-tts.talker.num_code_groups", 8, "the talker makes 8 codebooks of 2048 codes"),
+    ("qwen3-tts.codec.eos_id", 5, "end of speech 5 of 3072 ids"),
+    ("qwen3-tts.codec.eos_id", 100_000, "end of speech 100000 of 3072 ids"),
+    ("qwen3-tts.cdec.sliding_window", 16_000_000, "a window of 16000000 frames (at most 4096)"),
+])
+def test_a_talker_and_codec_that_disagree_are_refused(converted, tmp_path, key, value, expected):
+    import gguf
+
+    src = converted("0.6b", "q8_0")
+    vtype = gguf.GGUFValueType(gguf.GGUFReader(str(src)).fields[key].types[0])
+    result = try_load(craft_gguf(src, tmp_path / "disagree.gguf", kv={key: (value, vtype)}))
+    assert not result["ok"] and expected in result["error"], result
+
+
 @pytest.mark.parametrize("key", ["qwen3-tts.cenc.num_hidden_layers", "qwen3-tts.cdec.num_hidden_layers"])
 def test_a_codec_without_transformer_layers_loads(converted, tmp_path, key):
     """Zero layers is a well-defined codec (its geometry check allows it): the loader must not call

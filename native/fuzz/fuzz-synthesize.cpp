@@ -1,9 +1,9 @@
 // Fuzzes a synthesis request as a foreign caller or a damaged voice file would make it: the
 // voice (embedding values and width, reference codes, their frames and codebooks), the text and
-// reference-text ids, the clone mode, the language, the sampling settings and the frame cap,
-// all taken from the input; sometimes as one request of a batch (qt_synthesize_batch) beside a
-// well-formed copy with another seed and frame cap, at a width from the input. The engine must
-// answer with a result or a clean error.
+// reference-text ids, the clone mode, the language, the sampling settings (sometimes not
+// numbers) and the frame cap, all taken from the input; sometimes as one request of a batch
+// (qt_synthesize_batch) beside a well-formed copy with another seed and frame cap, at a width
+// from the input. The engine must answer with a result or a clean error.
 #include "fuzz-common.h"
 
 #include <cstring>
@@ -66,8 +66,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     p.predictor_sampling.temperature = float(in.take<int8_t>()) / 32.0f;
     p.predictor_sampling.top_k = in.take<int8_t>();
     p.predictor_sampling.top_p = float(in.take<int8_t>()) / 64.0f;
+    if (flags & 8) {  // values a foreign caller may pass: not numbers, or too small for a float's 1 / x
+        p.talker_sampling.temperature = (flags & 16) ? std::numeric_limits<float>::quiet_NaN()
+                                                     : std::numeric_limits<float>::denorm_min();
+        p.predictor_sampling.top_p = (flags & 32) ? std::numeric_limits<float>::infinity() : p.predictor_sampling.top_p;
+    }
     p.seed = in.take<uint64_t>();
     p.max_frames = int32_t(in.take<int8_t>()) % 4;
+    if (flags & 8) {  // greedy, as a too small temperature is, finds no end on the tiny model: a few frames
+        p.max_frames = 3;
+    }
 
     const uint8_t batch = in.take<uint8_t>();
     if (batch % 4 != 0) {

@@ -22,7 +22,9 @@
  *     qt_free(ctx);
  *
  * Thread safety: a context may be used by one thread at a time; distinct contexts are
- * independent and may run concurrently. qt_last_error() is per thread.
+ * independent and may run concurrently. qt_last_error() is per thread. A call on a context
+ * while another runs on it (from a second thread, or from a callback of the running call) is
+ * refused with QT_STATUS_INVALID_PARAMS.
  *
  * ABI: every params struct starts with `abi_version`. Fill structs with the matching
  * qt_*_default_params() (which sets QT_ABI_VERSION); entry points reject a version outside
@@ -93,13 +95,14 @@ typedef void (*qt_log_callback)(qt_log_level level, const char * text, void * us
 typedef struct qt_init_params {
     int32_t         abi_version;   /* QT_ABI_VERSION */
     const char *    model_path;    /* the engine's GGUF model (`vocable convert`) */
-    int32_t         n_threads;     /* <= 0: the number of online CPU cores */
+    int32_t         n_threads;     /* <= 0: the number of online CPU cores; at most 512 */
     const char *    dump_dir;      /* NULL or "": no dumps; else every stage writes <name>.npy there */
     qt_log_callback log_callback;  /* NULL: warnings and errors go to stderr */
     void *          log_callback_user_data;
     float           codec_chunk_sec; /* codec decode chunk width (buffered decode, and the
                                         largest streamed chunk); <= 0: QT_DEFAULT_CODEC_CHUNK_SEC.
-                                        Resolved to whole frames when the model loads. */
+                                        Resolved to whole frames when the model loads, 1 to
+                                        8192; not finite: refused. */
     int32_t         share_cores;   /* nonzero (default): run each computation on as many of the
                                       n_threads as other processes leave cores free, measured
                                       every quarter second (Linux); 0: always n_threads */
@@ -152,9 +155,10 @@ typedef struct qt_sampling {
     float   repetition_penalty; /* over previously generated code0 ids; 1: off (talker only) */
 } qt_sampling;
 
-/* Polled once per generated frame and between the steps of every computation (so a long
- * decode stops early too), on the thread that called qt_synthesize; keep it cheap. Return true
- * to cancel (qt_synthesize then returns QT_STATUS_CANCELLED). */
+/* Polled once per generated frame and, on the CPU, between the steps of every computation (so
+ * a long decode stops early too; a device's computations are not interrupted), on the thread
+ * that called qt_synthesize; keep it cheap. Return true to cancel (qt_synthesize then returns
+ * QT_STATUS_CANCELLED). */
 typedef bool (*qt_cancel_callback)(void * user_data);
 
 /* What qt_tts_params.chunk_callback receives while generating: new frames and their audio.
@@ -271,7 +275,8 @@ QT_API const char * qt_device_fallback(const qt_context * ctx);
  * (same voice, language and text, any seed) restores it instead of computing it, with the same
  * output; and the codec decoder's state primed with its last few in-context references (same
  * voice, any text), likewise. This forgets both (to time a new prompt, or to free their memory,
- * at most 64 and 32 MiB). Not while a synthesis runs on the context. NULL is a no-op. */
+ * at most 64 and 32 MiB: a larger prompt is not kept). Ignored while a call runs on the
+ * context. NULL is a no-op. */
 QT_API void qt_forget_prompts(qt_context * ctx);
 
 /* Shortest and longest reference clip the engine accepts, in samples at 24 kHz. */

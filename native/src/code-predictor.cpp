@@ -34,6 +34,9 @@ int32_t cp_sample_row(const float * logits, int32_t n_vocab, float temperature, 
     if (temperature <= 0.0f) {
         return argmax(logits, n_vocab);
     }
+    if (const int32_t best = argmax(logits, n_vocab); std::isinf(logits[best] / temperature)) {
+        return best;  // as sample_warped: too cold for a float, greedy
+    }
     thread_local std::vector<float>   scaled;
     thread_local std::vector<float>   sorted;
     thread_local std::vector<int32_t> kept;

@@ -29,6 +29,8 @@ constexpr int64_t k_min_winograd_tiles = 32;
 // Frames per graph of the transformer while priming: a minute of reference in one graph would
 // hold its attention scores for every pair of frames (36 MB a layer at 750 frames, 16 heads).
 constexpr int64_t k_prime_slice_frames = 16;
+// The largest transformer window a model may declare, in frames (the real checkpoints: 72).
+constexpr int32_t k_max_sliding_window = 4096;
 
 size_t row_bytes(const ggml_tensor * t) { return ggml_row_size(t->type, t->ne[0]); }
 
@@ -212,15 +214,19 @@ void codec_decoder::load(model_loader & ml, const compute_backend * device) {
     }
     const size_t n_blocks = hp_.upsample_rates.size();
     // get_size() already refused zero sizes; what is left is how the sizes fit together.
+    // The attention window bounds the streams' caches and the chunks reserve() runs (72 frames in
+    // the real checkpoints; millions would keep a device's reserve busy for minutes).
     const bool   geometry_ok = rates_ok && hop == hp_.frame_samples && hp_.codebook_dim % 2 == 0 &&
                              hp_.n_quantizers > hp_.n_semantic && n_blocks < 16 &&
-                             hp_.decoder_dim % (1 << n_blocks) == 0;
+                             hp_.decoder_dim % (1 << n_blocks) == 0 && hp_.sliding_window <= k_max_sliding_window;
     if (!geometry_ok) {
         throw error(QT_STATUS_INVALID_PARAMS,
                     format("%s: unsupported codec decoder geometry (hop %lld for %d samples per frame, codebook dim "
-                           "%d, %d/%d heads, %d/%d quantizers, decoder dim %d over %zu blocks)",
+                           "%d, %d/%d heads, %d/%d quantizers, decoder dim %d over %zu blocks, a window of %d frames "
+                           "(at most %d))",
                            path.c_str(), (long long) hop, hp_.frame_samples, hp_.codebook_dim, hp_.heads,
-                           hp_.kv_heads, hp_.n_semantic, hp_.n_quantizers, hp_.decoder_dim, n_blocks));
+                           hp_.kv_heads, hp_.n_semantic, hp_.n_quantizers, hp_.decoder_dim, n_blocks,
+                           hp_.sliding_window, k_max_sliding_window));
     }
 
     derived_ctx_ = new_metadata_context(512, false, "codec decoder's weight context");
@@ -525,7 +531,12 @@ std::vector<float> codec_stream::transform(const compute_backend & backend, cons
     std::vector<int32_t> by_book(size_t(Q * T));
     for (int64_t t = 0; t < T; ++t) {
         for (int q = 0; q < Q; ++q) {
-            by_book[size_t(q * T + t)] = std::max(codes[t * Q + q], 0);  // upstream maps padding (-1) to 0
+            const int32_t code = codes[t * Q + q];
+            if (code >= hp.codebook_size) {  // a damaged model's generation: an error, not ggml's abort
+                throw error(QT_STATUS_FAILED, format("codec decoder: code %d of codebook %d is outside it (size %d)",
+                                                     code, q, hp.codebook_size));
+            }
+            by_book[size_t(q * T + t)] = std::max(code, 0);  // upstream maps padding (-1) to 0
         }
     }
     auto group = [&](int q0, int q1, ggml_tensor * proj) {

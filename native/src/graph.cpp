@@ -8,6 +8,8 @@
 #include "ggml-alloc.h"
 
 #include <cstring>
+#include <new>
+#include <string>
 
 namespace qt {
 
@@ -164,8 +166,32 @@ void cpu_backend::set_cancel(const std::function<bool()> * cancelled) const {
 
 // ---- device_backend --------------------------------------------------------------------------
 
+namespace {
+
+// f(), with a device backend's own C++ exceptions (ggml-vulkan throws vk:: errors where its
+// allocations fail) as qt::error: out of memory where they say so, so that the engine's
+// fallback to the CPU sees them as it sees a returned status.
+template <class F>
+auto on_device(const char * what, F && f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const error &) {
+        throw;
+    } catch (const std::bad_alloc &) {
+        throw error(QT_STATUS_OUT_OF_MEMORY, format("%s: out of memory", what));
+    } catch (const std::exception & e) {
+        const std::string text = e.what();
+        const bool memory = text.find("OutOfDeviceMemory") != std::string::npos ||
+                            text.find("OutOfHostMemory") != std::string::npos ||
+                            text.find("out of memory") != std::string::npos;
+        throw error(memory ? QT_STATUS_OUT_OF_MEMORY : QT_STATUS_FAILED, format("%s: %s", what, text.c_str()));
+    }
+}
+
+} // namespace
+
 device_backend::device_backend(ggml_backend_dev_t device, const cpu_backend & host) : host_(host) {
-    backend_.reset(ggml_backend_dev_init(device, nullptr));
+    backend_.reset(on_device("starting the device", [&] { return ggml_backend_dev_init(device, nullptr); }));
     if (!backend_) {
         throw error(QT_STATUS_FAILED, format("cannot start the device %s (%s)", ggml_backend_dev_name(device),
                                              ggml_backend_dev_description(device)));
@@ -187,7 +213,7 @@ void device_backend::compute(ggml_cgraph * graph, const char * what) const {
                                                  ggml_type_name(node->type)));
         }
     }
-    const ggml_status status = ggml_backend_graph_compute(backend_.get(), graph);
+    const ggml_status status = on_device(what, [&] { return ggml_backend_graph_compute(backend_.get(), graph); });
     if (status != GGML_STATUS_SUCCESS) {
         throw error(status == GGML_STATUS_ALLOC_FAILED ? QT_STATUS_OUT_OF_MEMORY : QT_STATUS_FAILED,
                     format("%s failed on %s (%s)", what, ggml_backend_name(backend_.get()),
@@ -207,13 +233,13 @@ ggml_backend_sched_ptr device_backend::new_scheduler(size_t max_nodes) const {
 }
 
 void alloc_scheduled(ggml_backend_sched_t sched, ggml_cgraph * graph, const char * what) {
-    if (!ggml_backend_sched_alloc_graph(sched, graph)) {
+    if (!on_device(what, [&] { return ggml_backend_sched_alloc_graph(sched, graph); })) {
         throw error(QT_STATUS_OUT_OF_MEMORY, format("not enough memory for the %s", what));
     }
 }
 
 void compute_scheduled(ggml_backend_sched_t sched, ggml_cgraph * graph, const char * what) {
-    const ggml_status status = ggml_backend_sched_graph_compute(sched, graph);
+    const ggml_status status = on_device(what, [&] { return ggml_backend_sched_graph_compute(sched, graph); });
     if (status != GGML_STATUS_SUCCESS) {
         throw error(status == GGML_STATUS_ABORTED ? QT_STATUS_CANCELLED : QT_STATUS_FAILED,
                     format("%s failed (%s)", what, ggml_status_to_string(status)));

@@ -26,6 +26,23 @@ struct file_closer {
     void operator()(FILE * f) const { fclose(f); }
 };
 
+// Positions past 2 GiB (a 1.7B model's file): `long`, fseek's offset, has 32 bits on Windows.
+int seek_to(FILE * f, uint64_t offset) {
+#if defined(_WIN32)
+    return _fseeki64(f, int64_t(offset), SEEK_SET);
+#else
+    return fseeko(f, off_t(offset), SEEK_SET);
+#endif
+}
+
+uint64_t size_of(FILE * f) {
+#if defined(_WIN32)
+    return _fseeki64(f, 0, SEEK_END) == 0 ? uint64_t(_ftelli64(f)) : 0;
+#else
+    return fseeko(f, 0, SEEK_END) == 0 ? uint64_t(ftello(f)) : 0;
+#endif
+}
+
 std::string dims_to_string(const int64_t * ne, int n) {
     std::string s = "[";
     for (int i = 0; i < n; ++i) {
@@ -66,8 +83,7 @@ model_loader::model_loader(const std::string & path, ggml_backend_t backend)
                     format("%s is not a GGUF model file (convert a Hugging Face model folder with `vocable convert`)",
                            path.c_str()));
     }
-    fseek(file.get(), 0, SEEK_END);
-    const uint64_t file_size = uint64_t(ftell(file.get()));
+    const uint64_t file_size = size_of(file.get());
     rewind(file.get());
 
     ggml_context * meta = nullptr;
@@ -115,7 +131,7 @@ model_loader::model_loader(const std::string & path, ggml_backend_t backend)
         throw error(QT_STATUS_INVALID_PARAMS, format("%s is corrupt: its tensor checksum table is malformed", path.c_str()));
     }
     std::vector<uint64_t> checksums(size_t(n_tensors - 1));
-    if (fseek(file.get(), long(data_offset + gguf_get_tensor_offset(gguf_.get(), checksum_id)), SEEK_SET) != 0 ||
+    if (seek_to(file.get(), data_offset + gguf_get_tensor_offset(gguf_.get(), checksum_id)) != 0 ||
         fread(checksums.data(), 8, checksums.size(), file.get()) != checksums.size()) {
         throw error(QT_STATUS_INVALID_PARAMS, format("%s is truncated: its checksum table cannot be read", path.c_str()));
     }
@@ -133,7 +149,7 @@ model_loader::model_loader(const std::string & path, ggml_backend_t backend)
     for (int64_t i = 0; i + 1 < n_tensors; ++i) {
         const char * name = gguf_get_tensor_name(gguf_.get(), i);
         const size_t nbytes = gguf_get_tensor_size(gguf_.get(), i);
-        if (fseek(file.get(), long(data_offset + gguf_get_tensor_offset(gguf_.get(), i)), SEEK_SET) != 0) {
+        if (seek_to(file.get(), data_offset + gguf_get_tensor_offset(gguf_.get(), i)) != 0) {
             throw error(QT_STATUS_INVALID_PARAMS, format("%s is truncated: tensor '%s' cannot be read", path.c_str(), name));
         }
         uint64_t sum = 0;
@@ -240,7 +256,7 @@ bool model_loader::map_weights(FILE * file, uint64_t file_size, size_t data_offs
             throw error(QT_STATUS_FAILED, format("%s: cannot place tensor '%s'", path_.c_str(), t->name));
         }
         if (vector) {
-            if (fseeko(file, off_t(data_offset + offset), SEEK_SET) != 0 || fread(where, 1, n_bytes, file) != n_bytes) {
+            if (seek_to(file, data_offset + offset) != 0 || fread(where, 1, n_bytes, file) != n_bytes) {
                 throw error(QT_STATUS_FAILED, format("%s: cannot read tensor '%s' (%s)", path_.c_str(), t->name,
                                                      ferror(file) ? strerror(errno) : "the file ends before it"));
             }
@@ -268,7 +284,7 @@ void model_loader::read_weights(FILE * file, size_t data_offset, ggml_backend_t 
             dst = staging.data();
         }
         // the checksums were verified from this same open file a moment ago
-        if (fseek(file, long(data_offset + gguf_get_tensor_offset(gguf_.get(), i)), SEEK_SET) != 0 ||
+        if (seek_to(file, data_offset + gguf_get_tensor_offset(gguf_.get(), i)) != 0 ||
             fread(dst, 1, nbytes, file) != nbytes) {
             throw error(QT_STATUS_INVALID_PARAMS, format("%s is truncated: tensor '%s' cannot be read", path_.c_str(),
                                                          t->name));

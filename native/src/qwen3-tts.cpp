@@ -14,6 +14,7 @@
 #include "speaker-encoder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -23,7 +24,6 @@
 #include <malloc.h>
 #endif
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
@@ -70,11 +70,36 @@ struct qt_context {
     std::vector<std::string>          language_names;  // parallel to prompts.language_ids()
     int32_t                           eos_id = 0;
     qt_model_info                     info{};
+    std::atomic<bool>                 busy{ false };  // a call is running (context_call)
 };
 
 namespace {
 
 bool abi_in_range(int32_t v) { return v >= QT_ABI_MIN_VERSION && v <= QT_ABI_VERSION; }
+
+// A call's hold on its context. A second call while one runs, from another thread or from a
+// callback of the running one (which would free state that call still uses), is refused.
+class context_call {
+public:
+    context_call(qt_context * ctx, const char * what) : ctx_(ctx), entered_(!ctx->busy.exchange(true)) {
+        if (!entered_) {
+            qt::set_last_error(qt::format("%s: the context is busy with another call (calls on one context must not "
+                                          "overlap, nor call into it from its callbacks)", what));
+        }
+    }
+    ~context_call() {
+        if (entered_) {
+            ctx_->busy.store(false);
+        }
+    }
+    context_call(const context_call &) = delete;
+    context_call & operator=(const context_call &) = delete;
+    bool entered() const { return entered_; }
+
+private:
+    qt_context * ctx_;
+    bool         entered_;
+};
 
 qt_status reject_abi(const char * what, int32_t v) {
     qt::set_last_error(qt::format("%s.abi_version is %d; this library supports ABI versions %d to %d", what, v,
@@ -106,7 +131,7 @@ qt_status guarded(F && body) {
 
 int default_threads() {
     const unsigned n = std::thread::hardware_concurrency();
-    return n ? int(n) : 1;
+    return n ? std::min(int(n), GGML_MAX_N_THREADS) : 1;
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -149,14 +174,14 @@ float * copy_audio(const std::vector<float> & pcm) {
 extern "C" {
 
 const char * qt_system_info(void) {
-    static std::mutex  mutex;
-    static std::string text;
-    std::lock_guard<std::mutex> lock(mutex);
-    try {
-        text = qt::cpu_backend_loaded().describe(qt::cpu_kernels_name(qt::cpu_kernels_best()));
-    } catch (const std::exception & e) {
-        text = std::string("no CPU backend: ") + e.what();
-    }
+    // made once: a pointer handed out stays valid for the library's life
+    static const std::string text = [] {
+        try {
+            return qt::cpu_backend_loaded().describe(qt::cpu_kernels_name(qt::cpu_kernels_best()));
+        } catch (const std::exception & e) {
+            return std::string("no CPU backend: ") + e.what();
+        }
+    }();
     return text.c_str();
 }
 
@@ -198,17 +223,17 @@ qt_status qt_get_device(int32_t index, qt_device_info * out) {
 }
 
 const char * qt_device_notes(void) {
-    static std::mutex  mutex;
-    static std::string text;
-    std::lock_guard<std::mutex> lock(mutex);
-    try {
-        text.clear();
-        for (const std::string & note : qt::devices_loaded().notes) {
-            text += (text.empty() ? "" : "\n") + note;
+    static const std::string text = [] {  // made once, as qt_system_info's
+        std::string notes;
+        try {
+            for (const std::string & note : qt::devices_loaded().notes) {
+                notes += (notes.empty() ? "" : "\n") + note;
+            }
+        } catch (const std::exception & e) {
+            notes = std::string("no CPU backend: ") + e.what();
         }
-    } catch (const std::exception & e) {
-        text = std::string("no CPU backend: ") + e.what();
-    }
+        return notes;
+    }();
     return text.c_str();
 }
 
@@ -307,13 +332,13 @@ void start_device(qt_context & ctx, const char * model_path, const std::string &
         try {
             ctx.device_decoder.load(loader, ctx.device.get());
             ctx.device_decoder.reserve(*ctx.device, max_chunk_frames);
-        } catch (const qt::error & e) {
+        } catch (const std::exception & e) {
             ctx.device_decoder = qt::codec_decoder();
             QT_LOG_WARN("%s: the codec decoder stays on the CPU (%s)", device->id.c_str(), e.what());
         }
         try {  // its weights are in the loader's buffer already
             ctx.device_speaker.load(loader);
-        } catch (const qt::error & e) {
+        } catch (const std::exception & e) {
             ctx.device_speaker = qt::speaker_encoder();
             QT_LOG_WARN("%s: the speaker encoder stays on the CPU (%s)", device->id.c_str(), e.what());
         }
@@ -323,7 +348,7 @@ void start_device(qt_context & ctx, const char * model_path, const std::string &
         QT_LOG_INFO("talker, code predictor%s%s on %s (%s)", ctx.device_decoder.loaded() ? ", codec decoder" : "",
                     ctx.device_speaker.loaded() ? ", speaker encoder" : "", device->id.c_str(),
                     device->description.c_str());
-    } catch (const qt::error & e) {
+    } catch (const std::exception & e) {  // a backend's own exceptions too (ggml-vulkan throws vk:: errors)
         release_device(ctx);
         ctx.device_fallback = device->id + " (" + device->description + ") failed to start: " + e.what();
         QT_LOG_WARN("%s; running on the CPU", ctx.device_fallback.c_str());
@@ -343,6 +368,14 @@ qt_context * qt_init(const qt_init_params * params) {
     }
     if (!params->model_path || !*params->model_path) {
         qt::set_last_error("qt_init: no model path given");
+        return nullptr;
+    }
+    if (params->n_threads > GGML_MAX_N_THREADS) {
+        qt::set_last_error(qt::format("qt_init: %d threads; ggml runs at most %d", params->n_threads, GGML_MAX_N_THREADS));
+        return nullptr;
+    }
+    if (!std::isfinite(params->codec_chunk_sec)) {
+        qt::set_last_error("qt_init: codec_chunk_sec is not a finite number");
         return nullptr;
     }
     qt::log_scope scope({ params->log_callback, params->log_callback_user_data });
@@ -377,9 +410,23 @@ qt_context * qt_init(const qt_init_params * params) {
                             qt::format("%s is inconsistent: the codec decoder's rate, frame or codebooks differ from "
                                        "the encoder's", params->model_path));
         }
+        // What generation writes, the decoder must read: a frame's codebooks, each code within
+        // its codebook, and an end-of-speech id apart from them (below the talker's vocabulary).
+        const int32_t talker_vocab = int32_t(ctx->talker.hparams().vocab);
+        if (ctx->prompts.n_codebooks() != ctx->info.n_codebooks ||
+            ctx->predictor.hparams().vocab != ctx->info.codebook_size || talker_vocab <= ctx->info.codebook_size ||
+            ctx->eos_id < ctx->info.codebook_size || ctx->eos_id >= talker_vocab) {
+            throw qt::error(QT_STATUS_INVALID_PARAMS,
+                            qt::format("%s is inconsistent: the talker makes %d codebooks of %d codes (end of speech "
+                                       "%d of %d ids); the codec has %d codebooks of %d",
+                                       params->model_path, ctx->prompts.n_codebooks(),
+                                       int(ctx->predictor.hparams().vocab), ctx->eos_id, talker_vocab,
+                                       ctx->info.n_codebooks, ctx->info.codebook_size));
+        }
         const float  chunk_sec = params->codec_chunk_sec > 0.0f ? params->codec_chunk_sec : QT_DEFAULT_CODEC_CHUNK_SEC;
         const double frame_rate = double(dec.sample_rate) / dec.frame_samples;
-        ctx->info.codec_chunk_frames = int32_t(std::clamp(std::lround(chunk_sec * frame_rate), 1L, long(k_max_frames)));
+        ctx->info.codec_chunk_frames =
+            int32_t(std::lround(std::clamp(double(chunk_sec) * frame_rate, 1.0, double(k_max_frames))));
         const char * device = params->abi_version >= 6 && params->device && *params->device ? params->device : "cpu";
         start_device(*ctx, params->model_path, device, ctx->info.codec_chunk_frames);
         if (!ctx->device) {  // the CPU runs the talker and the code predictor: their matrices now, not at the first request
@@ -409,7 +456,11 @@ void qt_free(qt_context * ctx) {
 }
 
 void qt_forget_prompts(qt_context * ctx) {
-    if (ctx) {
+    if (!ctx) {
+        return;
+    }
+    const context_call call(ctx, "qt_forget_prompts");
+    if (call.entered()) {
         ctx->prefills.clear();
         ctx->primed.clear();
     }
@@ -447,6 +498,10 @@ qt_status qt_extract_voice_ref(qt_context * ctx, const float * pcm_24k, int32_t 
             qt::set_last_error(qt::format("reference clip has a non-finite sample at index %d", i));
             return QT_STATUS_INVALID_PARAMS;
         }
+    }
+    const context_call call(ctx, "qt_extract_voice_ref");
+    if (!call.entered()) {
+        return QT_STATUS_INVALID_PARAMS;
     }
     qt::log_scope scope(ctx->log);
     qt_voice_ref result{};
@@ -586,6 +641,20 @@ qt_status make_request(const qt_context * ctx, const qt_tts_params * params, qt:
                                       params->voice->n_codebooks, ctx->info.n_codebooks));
         return QT_STATUS_INVALID_MODE;
     }
+    const qt_sampling & ts = params->talker_sampling;
+    const qt_sampling & ps = params->predictor_sampling;
+    const auto finite = [](const qt_sampling & s) { return std::isfinite(s.temperature) && std::isfinite(s.top_p); };
+    if (!finite(ts) || !finite(ps)) {
+        qt::set_last_error(qt::format("sampling: temperature and top_p must be finite numbers (talker %g and %g, "
+                                      "code predictor %g and %g)", double(ts.temperature), double(ts.top_p),
+                                      double(ps.temperature), double(ps.top_p)));
+        return QT_STATUS_INVALID_PARAMS;
+    }
+    if (!std::isfinite(ts.repetition_penalty) || ts.repetition_penalty <= 0.0f) {
+        qt::set_last_error(qt::format("talker sampling: the repetition penalty %g must be a number above 0 (1: off)",
+                                      double(ts.repetition_penalty)));
+        return QT_STATUS_INVALID_PARAMS;
+    }
     int32_t language_id = -1;
     const std::string language = params->language ? params->language : "auto";
     if (language != "auto") {
@@ -610,16 +679,14 @@ qt_status make_request(const qt_context * ctx, const qt_tts_params * params, qt:
     req.prompt.n_ref_frames = params->voice->codes ? params->voice->n_frames : 0;
     req.prompt.language_id = language_id;
     req.prompt.in_context = in_context;
-    const qt_sampling & ts = params->talker_sampling;
     req.talker.temperature = ts.temperature;
     req.talker.top_k = ts.top_k;
     req.talker.top_p = ts.top_p;
     req.talker.repetition_penalty = ts.repetition_penalty;
     req.talker.eos_id = ctx->eos_id;
-    req.talker.suppress_begin = ctx->talker.hparams().vocab - 1024;  // the control ids, as the reference
+    req.talker.suppress_begin = ctx->info.codebook_size;  // the control ids: vocab - 1024 on, as the reference
     req.talker.suppress_end = ctx->talker.hparams().vocab;
     req.talker.seed = params->seed;
-    const qt_sampling & ps = params->predictor_sampling;
     req.predictor.temperature = ps.temperature;
     req.predictor.top_k = ps.top_k;
     req.predictor.top_p = ps.top_p;
@@ -752,6 +819,10 @@ qt_status qt_synthesize(qt_context * ctx, const qt_tts_params * params, qt_tts_r
     if (const qt_status status = make_request(ctx, params, req); status != QT_STATUS_OK) {
         return status;
     }
+    const context_call call(ctx, "qt_synthesize");
+    if (!call.entered()) {
+        return QT_STATUS_INVALID_PARAMS;
+    }
     qt::log_scope scope(ctx->log);
     qt::synthesis_result result;
     const qt_status status = guarded([&] {
@@ -785,6 +856,10 @@ qt_status qt_synthesize_batch(qt_context * ctx, const qt_tts_params * params, in
             qt::set_last_error(qt::format("request %d: %s", i, qt_last_error()));
             return status;
         }
+    }
+    const context_call call(ctx, "qt_synthesize_batch");
+    if (!call.entered()) {
+        return QT_STATUS_INVALID_PARAMS;
     }
     qt::log_scope scope(ctx->log);
     std::vector<qt::synthesis_result> results;
@@ -846,6 +921,10 @@ qt_status qt_decode(qt_context * ctx, const int32_t * codes, int32_t n_frames, i
                                           (long long) (i / n_codebooks), ctx->info.codebook_size));
             return QT_STATUS_INVALID_PARAMS;
         }
+    }
+    const context_call call(ctx, "qt_decode");
+    if (!call.entered()) {
+        return QT_STATUS_INVALID_PARAMS;
     }
     qt::log_scope scope(ctx->log);
     std::vector<float> pcm;

@@ -73,6 +73,10 @@ int32_t argmax(const float * logits, int32_t n_vocab) {
 
 int32_t sample_warped(float * logits, int32_t n_vocab, float temperature, int32_t top_k, float top_p, double u) {
     if (temperature != 1.0f) {
+        const int32_t best = argmax(logits, n_vocab);
+        if (std::isinf(logits[best] / temperature)) {
+            return best;  // so cold that the logits overflow a float: the limit, greedy
+        }
         for (int32_t i = 0; i < n_vocab; ++i) {
             logits[i] /= temperature;
         }

@@ -48,7 +48,7 @@ void prefill_cache::put(talker_prefix && prefix) {
     for (const talker_prefix & e : entries_) {
         total += e.bytes();
     }
-    while (entries_.size() > 1 && (entries_.size() > k_max_entries || total > k_max_bytes)) {
+    while (!entries_.empty() && (entries_.size() > k_max_entries || total > k_max_bytes)) {
         total -= entries_.back().bytes();
         entries_.pop_back();
     }
@@ -76,7 +76,7 @@ void primed_stream_cache::put(const codec_decoder & decoder, const int32_t * cod
     for (const entry & e : entries_) {
         total += e.bytes();
     }
-    while (entries_.size() > 1 && (entries_.size() > k_max_entries || total > k_max_bytes)) {
+    while (!entries_.empty() && (entries_.size() > k_max_entries || total > k_max_bytes)) {
         total -= entries_.back().bytes();
         entries_.pop_back();
     }

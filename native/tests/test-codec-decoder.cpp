@@ -10,6 +10,8 @@
 #include "test-check.h"
 #include "test-util.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -75,6 +77,26 @@ bool on_chunk(const qt_chunk * c, void * user) {
 bool cancel_after(void * user) {
     int * polls = static_cast<int *>(user);
     return --*polls < 0;
+}
+
+// A chunk callback that calls into its own context, as a careless caller might: the nested
+// call must be refused (it would free state the running call uses), the outer one go on.
+struct reentry {
+    qt_context *          ctx;
+    const qt_tts_params * params;
+    std::vector<qt_status> nested;
+    std::string           error;
+};
+
+bool call_back_in(const qt_chunk * c, void * user) {
+    auto *        r = static_cast<reentry *>(user);
+    qt_tts_result out[2];
+    const qt_tts_params two[2] = { *r->params, *r->params };
+    r->nested.push_back(qt_synthesize_batch(r->ctx, two, 2, 2, out));
+    r->error = qt_last_error();
+    qt_audio audio;
+    r->nested.push_back(qt_decode(r->ctx, c->codes, c->n_frames, c->n_codebooks, 0, &audio));
+    return true;
 }
 
 } // namespace
@@ -297,6 +319,81 @@ int main(int argc, char ** argv) {
         const std::string bad_error = qt_last_error();
         check(bad_refused && bad_error.rfind("request 1:", 0) == 0 && out[0].codes == nullptr,
               "a bad request names itself and nothing is returned: %s", bad_error.c_str());
+    }
+
+    // ---- calls the API refuses ----
+    {
+        qt_tts_params tp = qt_tts_default_params();
+        tp.text_ids = ids.i32.data();
+        tp.n_text_ids = int32_t(ids.i32.size());
+        tp.voice = &voice;
+        tp.seed = 7;
+        tp.max_frames = 6;
+        qt_tts_result res;
+        reentry r{ ctx, &tp, {}, {} };
+        tp.chunk_callback = call_back_in;
+        tp.chunk_callback_user_data = &r;
+        const qt_status outer = qt_synthesize(ctx, &tp, &res);
+        const bool all_refused = !r.nested.empty() && std::all_of(r.nested.begin(), r.nested.end(), [](qt_status s) {
+            return s == QT_STATUS_INVALID_PARAMS;
+        });
+        check(outer == QT_STATUS_OK && res.n_frames == 6 && all_refused && r.error.find("busy") != std::string::npos,
+              "calls from a callback into its own context are refused, the running call goes on: %s", r.error.c_str());
+        qt_tts_result_free(&res);
+        tp.chunk_callback = nullptr;
+
+        qt_tts_result greedy, cold;
+        tp.talker_sampling.temperature = 0.0f;
+        tp.predictor_sampling.temperature = 0.0f;
+        const bool greedy_ok = qt_synthesize(ctx, &tp, &greedy) == QT_STATUS_OK;
+        tp.talker_sampling.temperature = 1e-40f;  // a denormal: logit / temperature overflows a float
+        tp.predictor_sampling.temperature = 1e-40f;
+        const bool cold_ok = qt_synthesize(ctx, &tp, &cold) == QT_STATUS_OK;
+        check(greedy_ok && cold_ok && greedy.n_frames == cold.n_frames &&
+                  std::equal(greedy.codes, greedy.codes + size_t(greedy.n_frames) * size_t(Q), cold.codes),
+              "a temperature too small for a float samples as greedy does");
+        qt_tts_result_free(&greedy);
+        qt_tts_result_free(&cold);
+        const float bad_values[] = { NAN, INFINITY };
+        for (float bad : bad_values) {
+            for (int which = 0; which < 4; ++which) {
+                qt_tts_params b = tp;
+                (which == 0 ? b.talker_sampling.temperature
+                 : which == 1 ? b.predictor_sampling.top_p
+                 : which == 2 ? b.talker_sampling.top_p
+                              : b.talker_sampling.repetition_penalty) = bad;
+                const qt_status st = qt_synthesize(ctx, &b, &res);
+                check(st == QT_STATUS_INVALID_PARAMS && res.codes == nullptr, "sampling value %g refused (%d): %s",
+                      double(bad), which, qt_last_error());
+            }
+        }
+        tp.talker_sampling.repetition_penalty = 0.0f;
+        check(qt_synthesize(ctx, &tp, &res) == QT_STATUS_INVALID_PARAMS, "a repetition penalty of 0 is refused: %s",
+              qt_last_error());
+
+        const char * info_text = qt_system_info();
+        const std::string first(info_text);
+        check(qt_system_info() == info_text && first == info_text && qt_device_notes() == qt_device_notes(),
+              "qt_system_info and qt_device_notes hand out one string each, for the library's life");
+
+        qt_init_params bad = qt_init_default_params();
+        bad.model_path = ip.model_path;
+        bad.n_threads = 100000;
+        check(qt_init(&bad) == nullptr && std::string(qt_last_error()).find("at most 512") != std::string::npos,
+              "100000 threads are refused: %s", qt_last_error());
+        bad.n_threads = 2;
+        bad.codec_chunk_sec = INFINITY;
+        check(qt_init(&bad) == nullptr && std::string(qt_last_error()).find("codec_chunk_sec") != std::string::npos,
+              "an infinite chunk width is refused: %s", qt_last_error());
+        bad.codec_chunk_sec = 1e30f;
+        qt_context * wide = qt_init(&bad);
+        qt_model_info wide_info{};
+        if (wide) {
+            qt_get_model_info(wide, &wide_info);
+            qt_free(wide);
+        }
+        check(wide_info.codec_chunk_frames == 8192, "a huge chunk width is the widest, 8192 frames: %d",
+              wide_info.codec_chunk_frames);
     }
 
     // ---- errors ----

@@ -36,8 +36,8 @@ def device_names(sd, kind: str) -> list[str]:
 
 
 def find_device(sd, device: int | str | None, kind: str) -> dict:
-    """query_devices() entry of the device of `kind` to open: `device` by index or by a part of
-    its name, else the default one, else the first one there is."""
+    """query_devices() entry of the device of `kind` to open: `device` by index, by its name, or
+    by a part of its name; None: the default one, else the first one there is."""
     channels, action, what, why = _KINDS[kind]
     try:
         devices = list(sd.query_devices())
@@ -56,8 +56,10 @@ def find_device(sd, device: int | str | None, kind: str) -> dict:
         return usable[0]
     if isinstance(device, int) and not isinstance(device, bool):
         match = [d for d in usable if d["index"] == device]
-    else:
-        match = [d for d in usable if str(device).lower() in d["name"].lower()]
+    else:  # the device of that name, else one whose name has it ("default" is not "sysdefault")
+        wanted = str(device).lower()
+        match = ([d for d in usable if d["name"].lower() == wanted]
+                 or [d for d in usable if wanted in d["name"].lower()])
     if not match:
         names = ", ".join(f"{d['index']}: {d['name']}" for d in usable)
         raise AudioDeviceError(f"cannot {action}: no {kind} device matches {device!r} (there are: {names})")

@@ -28,8 +28,10 @@ it still waits and why.
 
 When the buffer still runs dry before finish() (the machine got slower, or the estimate was
 short) it plays silence, counts and logs an underrun, and buffers again, with a pre-roll at
-least twice as long as before (up to `max_preroll_sec`) and the plan's. A device that does not
-take the stream's sample rate gets the audio resampled (soxr) to its own rate.
+least twice as long as before (up to `max_preroll_sec`) and the plan's. A stream that runs past
+its expected length is then expected to run half as long again (OVERRUN_GUESS), so that the
+plan keeps holding enough back: a few longer waits rather than a gap every pre-roll. A device
+that does not take the stream's sample rate gets the audio resampled (soxr) to its own rate.
 """
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ MAX_PREROLL_SEC = 2.0
 # The plan's buffer is R (f - 1) times this: the real-time factor measured from the first chunks
 # varies by some 10 % from chunk to chunk, and the expected length of a text is a rough estimate.
 PLAN_MARGIN = 1.25
+# A stream that has run past its expected length is taken to have this fraction of what it
+# wrote still to come (_plan_wait).
+OVERRUN_GUESS = 0.5
 
 log = logging.getLogger(__name__)
 # After the last sample, the stream plays silence for its output latency and this much more
@@ -155,6 +160,11 @@ class StreamPlayer:
             if self._after_first_s > 0:
                 self.real_time_factor = (now - self._first_write) / self._after_first_s
         self._written_s += seconds
+        if self.expected_seconds is not None and self._written_s > self.expected_seconds:
+            # Longer than expected, and no end known until finish(): expect half as much again,
+            # so that the rest plays after one longer wait rather than with a gap every few
+            # seconds, a pre-roll's worth each (finish() ends any wait at once).
+            self.expected_seconds = self._written_s * (1.0 + OVERRUN_GUESS)
         self._last_write = now
         self._largest_chunk_s = max(self._largest_chunk_s, seconds)
 

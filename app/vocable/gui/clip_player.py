@@ -104,6 +104,8 @@ class ClipPlayer(QObject):
     # -- transport ---------------------------------------------------------------------------------
 
     def play(self) -> None:
+        if self._streaming:   # the synthesis' own player plays the stream: it ends with it
+            return
         if not self.available:
             self.error.emit(self.unavailable_reason or "no audio output device")
             return
@@ -113,7 +115,9 @@ class ClipPlayer(QObject):
         self._open(start)
 
     def pause(self) -> None:
-        if self._state != PLAYING:
+        # a pause of the synthesis' player would end it for good, and the speech still to come
+        # with it: while streaming, Stop stops
+        if self._state != PLAYING or self._streaming:
             return
         self._token += 1
         position = self._current_position()

@@ -148,6 +148,7 @@ class MainWindow(QMainWindow):
         c.api_server_changed.connect(self._api_server_changed)
         c.model_task.connect(self._model_task)
         c.generating.connect(self._generating)
+        c.saving.connect(lambda _: self._generating(self.c.is_generating))
         self.speak.generate_requested.connect(self.generate)
         self.reference.open_requested.connect(self.open_reference)
         self.reference.save_voice_requested.connect(self.save_voice)
@@ -213,9 +214,9 @@ class MainWindow(QMainWindow):
         self.speak.generate_button.setEnabled(state == "ready" and not self.c.is_generating)
 
     def _generating(self, on: bool) -> None:
-        self.speak.generate_button.setEnabled(not on and self.c.has_model)
-        self.save_action.setEnabled(not on)
-        self.save_chapters_action.setEnabled(not on and len(self.c.result_chapters) > 1)
+        self.speak.generate_button.setEnabled(not on and self.c.model_status == "ready")
+        self.save_action.setEnabled(not on and not self.c.is_saving)
+        self.save_chapters_action.setEnabled(not on and not self.c.is_saving and len(self.c.result_chapters) > 1)
         self.speak_to_file_action.setEnabled(not on)
 
     def show_error(self, title: str, message: str) -> None:
@@ -393,6 +394,7 @@ class MainWindow(QMainWindow):
         self.c.load_reference_file(audio[0])
 
     def closeEvent(self, event) -> None:
+        self.hide()   # gone at once for the user, while the jobs that cannot be cancelled end
         self.c.shutdown()
         super().closeEvent(event)
 

@@ -288,6 +288,9 @@ class SpeakPanel(QGroupBox):
         controller.languages_changed.connect(self.set_languages)
         controller.language_heard.connect(self._language_heard)
         controller.generating.connect(self._generating)
+        # the speech plays on after a fast generation ends: Stop stays for it
+        controller.result_player.state_changed.connect(
+            lambda state: self.stop_button.setEnabled(controller.is_generating or state == "playing"))
         controller.progress_text.connect(self.progress.setText)
         self.set_languages(controller.languages)
 
@@ -313,7 +316,7 @@ class SpeakPanel(QGroupBox):
 
     def _generating(self, on: bool) -> None:
         self.generate_button.setEnabled(not on)
-        self.stop_button.setEnabled(on)
+        self.stop_button.setEnabled(on or self.c.result_player.state == "playing")
         if on:
             if self.generate_button.hasFocus():
                 self.stop_button.setFocus(Qt.OtherFocusReason)
@@ -369,6 +372,7 @@ class ResultPanel(QGroupBox):
         controller.result_ready.connect(self._result)
         controller.result_checked.connect(self._checked)
         controller.generating.connect(lambda on: self._result(controller.result))
+        controller.saving.connect(lambda on: self._result(controller.result))
         controller.result_player.samples_changed.connect(lambda: self._result(controller.result))
         controller.audio_changed.connect(self.wave.refresh)
 
@@ -384,9 +388,10 @@ class ResultPanel(QGroupBox):
             self.check.hide()
         player = self.c.result_player
         saveable = player.samples.size > 0 and not player.streaming and not self.c.is_generating
-        self.save_button.setEnabled(saveable)
+        self.save_button.setEnabled(saveable and not self.c.is_saving)
         chapters = len(self.c.result_chapters)
         self.chapters_button.setVisible(saveable and chapters > 1)
+        self.chapters_button.setEnabled(not self.c.is_saving)
         if result is not None:
             self.info.setText(f"{result.seconds:.1f} s, {result.mode} ({result.mode_reason}), seed {result.seed}"
                               + (f", {chapters} chapters" if chapters > 1 else ""))

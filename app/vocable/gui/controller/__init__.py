@@ -18,6 +18,7 @@ status bar); nothing raised by an action escapes to Qt.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
@@ -32,6 +33,8 @@ from .reference import AUDIO_FILE_SUFFIXES, Reference, ReferenceActions, recorde
 from .server import ServerActions
 from .speech_recognition import SpeechRecognitionActions
 from .synthesis import EXPORT_FORMATS, SynthesisActions
+
+SHUTDOWN_WAIT_SEC = 15.0   # at window close, for the jobs still running
 
 __all__ = ["AUDIO_FILE_SUFFIXES", "EXPORT_FORMATS", "AudioAvailability", "Controller", "Reference",
            "query_audio_devices", "recorder_max_seconds"]
@@ -50,6 +53,8 @@ class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelAction
     mode_changed = Signal(str, str)         # mode ("in-context" | "x-vector" | ""), explanation
     # generation
     generating = Signal(bool)
+    saving = Signal(bool)                   # a result or its chapters being written (on a worker)
+    saved = Signal(list)                    # the files a save wrote
     progress_text = Signal(str)
     result_ready = Signal(object)           # SynthesisResult (or None when cleared)
     result_checked = Signal(object)         # asr.OutputCheck of the result shown
@@ -95,8 +100,10 @@ class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelAction
         self.reference_player = ClipPlayer(self)
         self.result_player = ClipPlayer(self)
         self._synthesis: SynthesisWorker | None = None
+        self._saving: workers.Worker | None = None
         self._synthesis_reference: Reference | None = None
         self._model_worker: workers.Worker | None = None
+        self._reload_after_generation = False   # settings changed mid-generation (update_settings)
         self._model_task: ModelTaskWorker | None = None
         self._recorder = None
         self._record_timer = QTimer(self)
@@ -148,7 +155,13 @@ class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelAction
             self._recorder = None
         self.reference_player.stop()
         self.result_player.stop()
-        workers.wait_all(15.0)
+        if not workers.wait_all(SHUTDOWN_WAIT_SEC):
+            # A job that cannot be cancelled (a model load, a long MP3 encode) outlived the wait:
+            # Qt would abort the process when its thread object goes while it runs. What the user
+            # made is saved already (atomic writes), so leave now, with the log complete.
+            log.warning("exiting while still running: %s", ", ".join(w.description for w in workers.running()))
+            logging.shutdown()
+            os._exit(0)
         if self.engine is not None:
             try:
                 self.engine.close()

@@ -178,15 +178,13 @@ class LibraryActions:
         if play and self.audio.output:
             self.result_player.play()
 
-    def export_history(self, entry_id: str, dest: Path) -> None:
-        try:
-            out = self.history.export(entry_id, Path(dest))
-        except VocableError as e:
-            self.error.emit("Cannot export", str(e))
-            return
-        self.settings.export_dir = str(Path(dest).parent)
-        self._save_settings()
-        self.status.emit(f"exported {out}")
+    def export_history(self, entry_id: str, dest: Path) -> bool:
+        """Writes a generation of the history to `dest` (its format by the extension) on a
+        worker, as save_result."""
+        dest = Path(dest)
+        return self._save_on_worker("exporting from the history", "Cannot export", dest.parent,
+                                    lambda: [Path(self.history.export(entry_id, dest))],
+                                    lambda files: f"exported {files[0]}")
 
     def delete_history(self, entry_id: str) -> None:
         try:

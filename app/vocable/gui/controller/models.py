@@ -47,10 +47,13 @@ class ModelActions:
         self._set_model_state("loading", f"loading {path.name}...")
         worker = LoadModelWorker(path, self.settings.threads, self.settings.compute_device)
         self._model_worker = worker
-        workers.start(worker, finished=lambda result: self._model_loaded(path, *result),
-                      failed=lambda message: self._model_failed(path, message))
+        workers.start(worker, finished=lambda result: self._model_loaded(worker, path, *result),
+                      failed=lambda message: self._model_failed(worker, path, message))
 
-    def _model_loaded(self, path: Path, engine, languages) -> None:
+    def _model_loaded(self, worker, path: Path, engine, languages) -> None:
+        if worker is not self._model_worker:   # a later load replaced this one while it ran
+            engine.close()
+            return
         old, self.engine = self.engine, engine
         if old is not None:
             old.close()
@@ -89,7 +92,9 @@ class ModelActions:
         self._set_model_state("ready", description)
         self.error.emit("Running on the CPU", f"the device was given up: {engine.device_fallback}")
 
-    def _model_failed(self, path: Path, message: str) -> None:
+    def _model_failed(self, worker, path: Path, message: str) -> None:
+        if worker is not self._model_worker:
+            return
         self._set_model_state("error" if self.engine is None else "ready",
                               self.model_description if self.engine is not None else message)
         self.error.emit("Cannot load the model", message)
@@ -178,6 +183,15 @@ class ModelActions:
         if (self.settings.model_path and self.settings.model_path != model_before) or \
                 (self.model_path is not None and (self.settings.threads != threads_before or
                                                   self.settings.compute_device != device_before)):
+            if self.is_generating:   # applied once the generation ends, not refused
+                self._reload_after_generation = True
+                self.status.emit("the model reloads with the new settings once the generation ends")
+            else:
+                self.load_model(Path(self.settings.model_path))
+
+    def _apply_deferred_reload(self) -> None:
+        if self._reload_after_generation and self.settings.model_path:
+            self._reload_after_generation = False
             self.load_model(Path(self.settings.model_path))
 
     def _save_settings(self) -> None:

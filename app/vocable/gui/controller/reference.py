@@ -202,12 +202,12 @@ class ReferenceActions:
         except VocableError as e:
             self.error.emit("Recording failed", str(e))
             return
-        if reason.startswith("device error"):
-            self.error.emit("Recording failed", reason)
-            return
         if samples.size == 0:
-            self.error.emit("Recording failed", "nothing was recorded")
+            self.error.emit("Recording failed", reason if reason.startswith("device error") else "nothing was recorded")
             return
+        if reason.startswith("device error"):  # what came before the failure is the user's take: kept
+            self.error.emit("Recording cut short", f"{reason}; the {samples.size / rate:.1f} s recorded before it are "
+                                                   "kept as the reference")
         note = " (reached the maximum length)" if reason == "max length" else ""
         self.status.emit(f"recorded {samples.size / rate:.1f} s{note}")
         self.set_reference_samples(samples, rate, f"recording {datetime.now():%Y-%m-%d %H:%M}")

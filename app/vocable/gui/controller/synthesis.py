@@ -10,7 +10,7 @@ from PySide6.QtCore import Slot
 from ...engine import runaway
 from ...errors import VocableError
 from .. import workers
-from ..workers import SynthesisRequest, SynthesisWorker
+from ..workers import FunctionWorker, SynthesisRequest, SynthesisWorker
 from .reference import Reference
 
 log = logging.getLogger("vocable.gui")
@@ -42,6 +42,8 @@ class SynthesisActions:
     def can_generate(self) -> tuple[bool, str]:
         if self.engine is None:
             return False, "no model is loaded"
+        if self.model_status == "loading":   # the engine in hand is about to be closed
+            return False, "the model is loading"
         if self.reference is None:
             return False, "choose a reference voice first"
         if self.is_generating:
@@ -112,11 +114,11 @@ class SynthesisActions:
         return True
 
     def stop(self) -> None:
-        """Stops the generation and its playback at once."""
+        """Stops the generation and its playback at once; after it, the playback of the result."""
         worker = self._synthesis
         if worker is not None:
             worker.cancel()
-            self.result_player.stop()
+        self.result_player.stop()
 
     def _voice_embedded(self, ref: Reference, voice) -> None:
         if self.reference is ref:
@@ -174,6 +176,7 @@ class SynthesisActions:
             log.exception("cannot add to the history")
             self.error.emit("Cannot save to the history", str(e))
         self.generating.emit(False)
+        self._apply_deferred_reload()
         self.result_ready.emit(result)
         if self.settings.check_results:
             reference = self._synthesis_reference
@@ -193,6 +196,7 @@ class SynthesisActions:
         self.result_player.stop()
         self.result_player.end_stream()
         self.generating.emit(False)
+        self._apply_deferred_reload()
         if how == "cancelled":
             text = f"stopped after {self.result_player.seconds:.1f} s of audio"
             self.progress_text.emit(text)
@@ -201,39 +205,64 @@ class SynthesisActions:
             self.progress_text.emit("failed: " + message)
             self.error.emit("Generation failed", message)
 
-    def save_result(self, path: Path) -> Path | None:
-        """Writes the shown result by the extension (EXPORT_FORMATS): an M4B marks its chapters."""
+    @property
+    def is_saving(self) -> bool:
+        return self._saving is not None
+
+    def save_result(self, path: Path) -> bool:
+        """Writes the shown result by the extension (EXPORT_FORMATS), an M4B with its chapters,
+        on a worker (an hour as MP3 takes tens of seconds): `saved` with the file, or `error`.
+        False, with the reason in `error`, when it cannot start."""
         from ...audio.export import save_speech
         samples, rate = self._result_audio()
         if samples is None:
-            return None
-        try:
-            out = save_speech(Path(path), samples, rate, self.result_chapters, self._result_voice_name())
-        except VocableError as e:
-            self.error.emit("Cannot save the audio", str(e))
-            return None
-        self._saved_into(Path(path).parent, f"saved {out}")
-        return Path(out)
+            return False
+        path, chapters, narrator = Path(path), self.result_chapters, self._result_voice_name()
+        return self._save_on_worker("saving the audio", "Cannot save the audio", path.parent,
+                                    lambda: [Path(save_speech(path, samples, rate, chapters, narrator))],
+                                    lambda files: f"saved {files[0]}")
 
-    def save_chapters(self, path: Path) -> list[Path]:
+    def save_chapters(self, path: Path) -> bool:
         """Writes each chapter of the shown result to its own file, in the format of `path`'s
-        extension, into the folder `path` names without it (book.mp3: book/01 Title.mp3, ...)."""
+        extension, into the folder `path` names without it (book.mp3: book/01 Title.mp3, ...),
+        on a worker as save_result."""
         from ...audio.export import write_chapter_files
         samples, rate = self._result_audio()
         if samples is None:
-            return []
+            return False
         if len(self.result_chapters) < 2:
             self.error.emit("No chapters", "The text had no headings: start each chapter with a line like "
                             "“# Chapter One”.")
-            return []
-        path = Path(path)
-        try:
-            files = write_chapter_files(path.with_suffix(""), samples, rate, self.result_chapters, path.suffix)
-        except VocableError as e:
-            self.error.emit("Cannot save the chapters", str(e))
-            return []
-        self._saved_into(path.parent, f"saved {len(files)} chapters in {files[0].parent}")
-        return files
+            return False
+        path, chapters = Path(path), self.result_chapters
+        return self._save_on_worker("saving the chapters", "Cannot save the chapters", path.parent,
+                                    lambda: write_chapter_files(path.with_suffix(""), samples, rate, chapters,
+                                                                path.suffix),
+                                    lambda files: f"saved {len(files)} chapters in {files[0].parent}")
+
+    def _save_on_worker(self, what: str, failure: str, folder: Path, write, done_text) -> bool:
+        """`write()` (the files it wrote) off the GUI thread, one save at a time; then the export
+        folder is remembered, `status` says `done_text(files)` and `saved` has the files."""
+        if self._saving is not None:
+            self.error.emit(failure, "the last save is still being written; try again when it is done")
+            return False
+        worker = FunctionWorker(lambda _worker: write(), what)
+        self._saving = worker
+
+        def finished(files) -> None:
+            self._saving = None
+            self.saving.emit(False)
+            self._saved_into(folder, done_text(files))
+            self.saved.emit(files)
+
+        def failed(message: str) -> None:
+            self._saving = None
+            self.saving.emit(False)
+            self.error.emit(failure, message)
+
+        self.saving.emit(True)
+        workers.start(worker, finished=finished, failed=failed)
+        return True
 
     def _result_audio(self):
         samples, rate = self.result_player.samples, self.result_player.sample_rate
