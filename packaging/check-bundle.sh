@@ -28,7 +28,9 @@ fail() { echo "check-bundle: FAIL: $*" >&2; exit 1; }
 
 # the model, converted outside the bundle
 model="${MODEL:-}"
+converted_here=""
 if [ -z "$model" ]; then
+    converted_here=1
     cli="${VOCABLE_CLI:-}"
     for c in "$root/build/bundle-venv/bin/vocable" "$root/.venv/bin/vocable"; do
         if [ -z "$cli" ] && [ -x "$c" ]; then cli="$c"; fi
@@ -87,6 +89,15 @@ for name in "${expected[@]}"; do
 done
 grep -q "^Model: .*; license: " "$about" || fail "vocable about does not give the model's license"
 echo "about: $(sed '/^==== /,$d' "$about" | grep -c '^  ') components, $(grep -c '^==== ' "$about") license texts"
+
+# the bundle converts a model folder itself (gguf, the engine's quantizer): the same bytes
+if [ -n "$converted_here" ]; then
+    (cd "$tmp/work" && env -i HOME="$tmp/home" PATH=/usr/bin:/bin "$exe" convert -q \
+        "$root/tests/fixtures/tiny-0.6b/model" "$tmp/work/bundled.gguf" --type q8_0) \
+        || fail "the bundle's vocable convert failed"
+    cmp -s "$model" "$tmp/work/bundled.gguf" || fail "the bundle's conversion differs from the development one"
+    echo "convert: the bundle's q8_0 conversion of the test model is the development one, byte for byte"
+fi
 
 # Linux desktop integration: the entry and icons go to XDG_DATA_HOME, Exec runs this copy
 if [ -x "$copy/install-desktop.sh" ]; then

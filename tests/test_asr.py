@@ -59,6 +59,21 @@ def test_word_error_rate_ignores_case_and_punctuation():
     assert word_error_rate("one two three four", "one two tree four") == 0.25
     assert word_error_rate("one two", "") == 1.0
     assert word_error_rate("", "") == 0.0
+    # Chinese and Japanese, written without spaces: per character, not one clause a "word"
+    assert word_error_rate("今天天气很好，我们去公园散步吧。", "今天天气很好我们去公园散步吧") == 0.0
+    assert word_error_rate("今天天气很好，我们去公园散步吧。", "今天天气真好，我们去公园散步吧。") == pytest.approx(1 / 14)
+    assert word_error_rate("今日はいい天気ですね", "今日は良い天気ですね") == pytest.approx(1 / 10)
+    assert word_error_rate("Tokyo 東京 is big", "tokyo 東京 is big") == 0.0
+
+
+def test_an_english_only_model_refuses_another_language(transcriber, spoken):
+    """tiny.en would write German speech as English words, and the check would call it garbled."""
+    from vocable.errors import VocableError
+    samples, rate = sf.read(spoken, dtype="float32")
+    assert transcriber.english_only
+    with pytest.raises(VocableError, match="knows English only, not 'de'"):
+        transcriber.transcribe(samples, rate, "de")
+    assert transcriber.transcribe(samples, rate, "en").text
 
 
 def test_the_check_passes_matching_speech_and_flags_other_words(transcriber, spoken):

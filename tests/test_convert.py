@@ -315,3 +315,77 @@ def test_a_full_disk_names_the_file_and_the_cause(tmp_path, monkeypatch):
     with pytest.raises(ConversionError, match=f"cannot write the converted model {out}: No space left on device"):
         convert(fixture_dir("0.6b") / "model", out, "f32")
     assert list(tmp_path.iterdir()) == []
+
+
+def _set_entry(name, **over):
+    def change(header):
+        header[name].update(over)
+        return header
+    return change
+
+
+def _scalar_bias(header):
+    name = next(k for k, v in header.items() if k != "__metadata__" and k.endswith(".bias") and len(v["shape"]) == 1)
+    begin, _ = header[name]["data_offsets"]
+    header[name].update(shape=[], data_offsets=[begin, begin + 4])
+    return header
+
+
+def _a_second_name_for_the_same_tensor(header):
+    alpha = next(k for k in header if k.startswith("decoder.decoder.1.") and k.endswith(".alpha"))
+    twin = alpha.replace("decoder.decoder.1.block.0.", "decoder.decoder.1.") if ".block.0." in alpha else None
+    header[twin or "decoder.decoder.1.alpha"] = dict(header[alpha])
+    return header
+
+
+@pytest.mark.parametrize("file, change, message", [
+    ("model.safetensors", _scalar_bias, "has the empty shape"),
+    ("model.safetensors", lambda h: _entry(h, shape=[0, 64], data_offsets=[0, 0]), "has the empty shape"),
+    ("speech_tokenizer/model.safetensors", _a_second_name_for_the_same_tensor, "which are the same tensor"),
+], ids=["scalar", "zero-rows", "two-names"])
+def test_odd_checkpoints_are_conversion_errors_not_tracebacks(tmp_path, file, change, message):
+    src = copy_model(tmp_path)
+    rewrite_header(src / file, change)
+    with pytest.raises(ConversionError, match=message):
+        convert(src, tmp_path / "o.gguf", "q8_0")
+    assert not (tmp_path / "o.gguf").exists()
+
+
+def test_weights_that_are_not_numbers_are_refused(tmp_path):
+    src = copy_model(tmp_path)
+    path = src / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    name = next(k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32" and "attn" in k)
+    begin, _ = header[name]["data_offsets"]
+    data[8 + n + begin:8 + n + begin + 4] = struct.pack("<f", float("nan"))
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConversionError, match=f"{name} holds values that are not finite"):
+        convert(src, tmp_path / "o.gguf", "f32")
+    assert list(tmp_path.glob("o.gguf*")) == []
+
+
+def test_a_model_card_that_is_a_fifo_is_not_read(tmp_path):
+    """`README.md` as a FIFO (or /dev/zero) blocked the conversion for good, or filled memory."""
+    import os
+
+    src = copy_model(tmp_path)
+    (src / "README.md").unlink(missing_ok=True)
+    os.mkfifo(src / "README.md")
+    assert convert(src, tmp_path / "o.gguf", "f32").is_file()
+
+
+def test_two_conversions_to_one_output_do_not_mix(tmp_path):
+    """Each writes a partial file of its own: the output is one of them, whole, never a q8_0
+    header over f32 data."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = tmp_path / "race.gguf"
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda t: convert(fixture_dir("0.6b") / "model", out, t), ["f32", "q8_0"]))
+    assert done == [out, out] and sorted(p.name for p in tmp_path.iterdir()) == ["race.gguf"]
+    r, _ = read(out)
+    expected = {0: "f32", 7: "q8_0"}[int(field(r, "general.file_type"))]
+    size = convert(fixture_dir("0.6b") / "model", tmp_path / f"alone-{expected}.gguf", expected).stat().st_size
+    assert out.stat().st_size == size

@@ -146,6 +146,25 @@ def test_header_values_of_the_wrong_kind_are_errors_not_crashes(tmp_path):
     assert read_gguf_header(path, set())["file_size"] == path.stat().st_size  # skipped, it is only bytes
 
 
+def test_header_arrays_cannot_stall_the_model_list(tmp_path):
+    """The model list reads every .gguf in the store on the GUI thread: arrays of arrays under a
+    key it keeps, or millions of strings under one it skips (walked one by one), are refused at
+    once instead of taking tens of seconds and hundreds of MB."""
+    import time
+
+    path = tmp_path / "nested.gguf"
+    inner = struct.pack("<IQ", 0, 4) + bytes(4)
+    path.write_bytes(_gguf_kv(("general.name", 9, struct.pack("<IQ", 9, 1000) + inner * 1000)))
+    with pytest.raises(ModelError, match="metadata array of 1000 items of arrays"):
+        read_gguf_header(path, {"general.name"})
+    many = (1 << 21) + 1
+    path.write_bytes(_gguf_kv(("tokenizer.ggml.junk", 9, struct.pack("<IQ", 8, many) + struct.pack("<Q", 0) * many)))
+    started = time.monotonic()
+    with pytest.raises(ModelError, match="more than 2097152 metadata array items"):
+        ModelStore().describe(path)
+    assert time.monotonic() - started < 2
+
+
 def test_header_reader_reads_only_the_header(converted):
     meta = read_gguf_header(converted("0.6b", "q8_0"), {"general.architecture", "qwen3-tts.model_size"})
     assert meta["general.architecture"] == "qwen3-tts" and meta["qwen3-tts.model_size"] == "0b6"
@@ -336,3 +355,18 @@ def test_a_fifo_or_device_is_refused_without_blocking(tmp_path):
             store.describe(path)
     os.mkfifo(store.root / "fifo.gguf")
     assert store.entries() == []
+
+
+def test_a_model_size_name_too_long_for_a_file_name_is_cut(tmp_path):
+    """The file name comes from the folder's config: 300 characters of it raised a raw OSError
+    (File name too long)."""
+    import json
+    import shutil
+
+    src = tmp_path / "hf"
+    shutil.copytree(fixture_dir("0.6b") / "model", src)
+    config = json.loads((src / "config.json").read_text())
+    config["tts_model_size"] = "x" * 300
+    (src / "config.json").write_text(json.dumps(config))
+    entry = ModelStore().import_hf_folder(src, "q8_0")
+    assert entry.path.is_file() and len(entry.path.name.encode()) <= 255 and entry.path.suffix == ".gguf"

@@ -13,15 +13,23 @@ MAX_WORD_ERROR_RATE = 0.35     # above: flagged (Whisper's own errors on clean s
 MIN_SPEAKER_SIMILARITY = 0.5   # below: flagged (cosine of ECAPA embeddings)
 
 
+# Chinese characters and Japanese kana: scripts written without spaces between words, where a
+# clause would count as one word and any slip as a whole clause wrong. Each is a token of its own
+# there, so the rate is per character, as Chinese and Japanese error rates are counted.
+_UNSPACED = re.compile("([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff])")
+
+
 def normalize_words(text: str) -> str:
-    """Lower case, no punctuation, one space between words: what a word error rate compares."""
+    """Lower case, no punctuation, one space between words (and between the characters of
+    Chinese and Japanese): what a word error rate compares."""
     text = unicodedata.normalize("NFKC", text).casefold()
     text = re.sub(r"[^\w\s']|(?<!\w)'|'(?!\w)", " ", text)
-    return " ".join(text.split())
+    return " ".join(_UNSPACED.sub(r" \1 ", text).split())
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Word error rate of `hypothesis` against `reference` (jiwer), after normalize_words."""
+    """Word error rate of `hypothesis` against `reference` (jiwer), after normalize_words: per
+    character in Chinese and Japanese."""
     import jiwer
 
     ref, hyp = normalize_words(reference), normalize_words(hypothesis)

@@ -102,6 +102,9 @@ class Transcriber:
         None to detect it."""
         import soxr
 
+        if self.english_only and language not in (None, "en"):
+            raise VocableError(f"the Whisper model in {self.model_dir} knows English only, not '{language}': "
+                               "use a multilingual one (tiny, base, small: `vocable whisper-download base`)")
         x = np.asarray(samples, dtype=np.float32)
         if x.ndim == 2:
             x = x.mean(axis=1)

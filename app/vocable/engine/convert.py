@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,12 +170,19 @@ def plan(m: ModelFolder, weight_type: str) -> list[PlannedTensor]:
     except SafetensorsError as e:
         raise ConversionError(str(e)) from e
     out: list[PlannedTensor] = []
+    sources: dict[str, str] = {}
     for tensors in (main, speech):
         for hf_name, ref in tensors.items():
             mapped = engine_name(hf_name)
             if mapped is None:
                 continue
             name, kind = mapped
+            if name in sources:
+                raise ConversionError(f"the checkpoint has both {sources[name]} and {hf_name}, which are the same "
+                                      f"tensor ({name}): a damaged or different model")
+            sources[name] = hf_name
+            if not ref.shape or 0 in ref.shape:
+                raise ConversionError(f"{hf_name} has the empty shape {list(ref.shape)}: a damaged checkpoint")
             if not _keep_codebook(name, m):
                 continue
             usage = None
@@ -305,8 +313,16 @@ def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn
     out = Path(out)
     if os.path.lexists(out) and not out.is_file():  # renaming over a device or a FIFO would replace it
         raise ConversionError(f"cannot write the converted model {out}: it exists and is not a regular file")
-    partial = out.with_name(out.name + ".partial")
     file_type = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 14}[weight_type]
+    # A name of its own (created exclusively), so that two conversions to one output never write
+    # into each other's file; the last to finish is the output, whole.
+    try:
+        handle, name = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".", suffix=".partial")
+        os.close(handle)
+    except OSError as e:
+        raise ConversionError(f"cannot write the converted model {out}: {e.strerror or e}") from e
+    partial = Path(name)
+    writer = None
     try:
         writer = gguf.GGUFWriter(str(partial), ARCH, use_temp_file=False)
         writer.add_name(f"Qwen3-TTS 12Hz {folder.config.get('tts_model_size', '')} Base ({weight_type})")
@@ -337,6 +353,9 @@ def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn
             state, carry = [0, 0], bytearray()
             written = 0
             for block in _blocks(pt):
+                if not np.isfinite(block).all():
+                    raise ConversionError(f"{pt.source.name} holds values that are not finite numbers (NaN or "
+                                          "infinity): a damaged checkpoint")
                 data = _encode(block, pt.ggml_type)
                 mv = memoryview(np.ascontiguousarray(data)).cast("B")
                 fout.write(mv)
@@ -359,6 +378,8 @@ def convert(src: Path, out: Path, weight_type: str = "f16", progress: ProgressFn
         os.replace(partial, out)
     except BaseException as e:
         try:
+            if writer is not None:
+                writer.close()   # before the unlink, which Windows refuses for an open file
             partial.unlink()
         except OSError:
             pass

@@ -20,6 +20,10 @@ MAX_KV = 1 << 20
 MAX_TENSORS = 1 << 20
 MAX_KEY_BYTES = 1 << 16
 MAX_KEPT_ITEMS = 1 << 20   # items of an array that is returned (a language list has tens)
+# Items of all the arrays that are returned or that are walked one by one (of strings, or of
+# arrays): the Qwen tokenizer's vocabulary and merges are 303,030; a hostile header of millions
+# of tiny strings would take seconds each million, and its kept items a Python object each.
+MAX_ITEMS = 1 << 21
 
 
 class _Reader:
@@ -27,6 +31,7 @@ class _Reader:
 
     def __init__(self, f, size: int, what: str):
         self.f, self.size, self.what = f, size, what
+        self.items = 0   # array items read one by one (MAX_ITEMS)
 
     def read(self, n: int) -> bytes:
         if n < 0 or self.f.tell() + n > self.size:
@@ -68,9 +73,15 @@ class _Reader:
             item_type, count = self.unpack("<I"), self.unpack("<Q")
             if count > self.size:
                 raise ModelError(f"{self.what} is truncated or not a GGUF model file")
+            if keep or item_type not in _SCALARS:
+                self.items += count
+                if self.items > MAX_ITEMS:
+                    raise ModelError(f"{self.what} has more than {MAX_ITEMS} metadata array items: not a Vocable "
+                                     "model file")
             if keep:
-                if count > MAX_KEPT_ITEMS:
-                    raise ModelError(f"{self.what} has a metadata array of {count} items: not a Vocable model file")
+                if count > MAX_KEPT_ITEMS or item_type == _ARRAY:   # no value Vocable reads is an array of arrays
+                    raise ModelError(f"{self.what} has a metadata array of {count} items"
+                                     f"{' of arrays' if item_type == _ARRAY else ''}: not a Vocable model file")
                 return [self.value(item_type, True, depth + 1) for _ in range(count)]
             if item_type in _SCALARS:
                 self.skip(count * struct.calcsize(_SCALARS[item_type]))

@@ -24,6 +24,8 @@ _SPEAKER_DEFAULTS = dict(mel_dim=128, enc_dim=1024, enc_channels=[512, 512, 512,
                          enc_attention_channels=128, enc_res2net_scale=8, enc_se_channels=128, sample_rate=24000)
 
 
+MODEL_CARD_BYTES = 64 << 10   # a model card's front matter is within its first lines
+
 def _read_json(path: Path) -> dict:
     """A JSON object from the model folder; ConversionError for anything else."""
     if not path.is_file():
@@ -111,9 +113,13 @@ def read_model_folder(root: Path) -> ModelFolder:
 
 def model_card_license(readme: Path) -> str | None:
     """The license a Hugging Face model card declares in its front matter (`license: apache-2.0`;
-    for `other`, its `license_name`), or None without a card or a declaration."""
+    for `other`, its `license_name`), or None without a card or a declaration. Only a regular
+    file's first 64 KiB are read: a FIFO or a device in its place would block or never end."""
     try:
-        text = readme.read_text(encoding="utf-8", errors="replace")
+        if not readme.is_file():
+            return None
+        with open(readme, "rb") as f:
+            text = f.read(MODEL_CARD_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return None
     front = re.match(r"---\s*\n(.*?)\n---\s*(\n|$)", text, re.DOTALL)

@@ -18,6 +18,7 @@ work and raises convert.ConversionCancelled, leaving no partial model behind.
 from __future__ import annotations
 
 import contextlib
+import glob
 import logging
 import os
 import re
@@ -44,6 +45,7 @@ ProgressFn = Callable[[float, str], None]
 DEFAULT_REPO = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 REPOS = ("Qwen/Qwen3-TTS-12Hz-0.6B-Base", "Qwen/Qwen3-TTS-12Hz-1.7B-Base")
 SUFFIX = ".gguf"
+MAX_NAME_BYTES = 200   # of a model file's stem: file systems take 255 bytes, with room for ".gguf.<random>.partial"
 FILE_TYPES = {0: "f32", 1: "f16", 7: "q8_0", 14: "q4_k"}   # general.file_type, as convert writes it
 # Output size relative to the bf16 checkpoint, for the free-space check before a conversion.
 _SIZE_FACTOR = {"f32": 2.1, "f16": 1.1, "q8_0": 0.7, "q4_k": 0.5}
@@ -290,10 +292,12 @@ class ModelStore:
 
     def _unique(self, name: str) -> Path:
         name = re.sub(r"[^\w.+-]+", "-", name).lstrip(".") or "model" + SUFFIX
-        path = self.root / name
+        path = Path(name)   # a name a file system takes (255 bytes), the suffix kept
+        stem = path.stem.encode("utf-8")[:MAX_NAME_BYTES].decode("utf-8", "ignore").rstrip("-.") or "model"
+        path = self.root / (stem + path.suffix)
         stem, suffix = path.stem, path.suffix
         n = 2
-        while path.exists() or path.with_name(path.name + ".partial").exists():
+        while path.exists() or any(self.root.glob(glob.escape(path.name) + "*.partial")):
             path = self.root / f"{stem}-{n}{suffix}"
             n += 1
         return path
