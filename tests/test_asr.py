@@ -76,6 +76,27 @@ def test_an_english_only_model_refuses_another_language(transcriber, spoken):
     assert transcriber.transcribe(samples, rate, "en").text
 
 
+def test_long_audio_goes_to_whisper_in_windows(transcriber, spoken, monkeypatch):
+    """Whisper's features of the whole input are made at once (40 MB a minute): a long result is
+    transcribed window by window, its words joined, the first window's language kept."""
+    import vocable.asr.transcriber as module
+
+    samples, rate = sf.read(spoken, dtype="float32")
+    twice = np.concatenate([samples, np.zeros(rate // 2, dtype=np.float32), samples])
+    monkeypatch.setattr(module, "WINDOW_SEC", (samples.size + rate // 2) / rate)
+    sizes = []
+    real = transcriber._model.transcribe
+
+    def spy(audio, **options):
+        sizes.append((audio.size, options["language"]))
+        return real(audio, **options)
+
+    monkeypatch.setattr(transcriber._model, "transcribe", spy)
+    heard = transcriber.transcribe(twice, rate)
+    assert len(sizes) == 2 and all(n <= module.WINDOW_SEC * module.WHISPER_RATE for n, _ in sizes)
+    assert heard.text.lower().count("lazy dog") == 2 and heard.seconds == pytest.approx(twice.size / rate, abs=0.01)
+
+
 def test_the_check_passes_matching_speech_and_flags_other_words(transcriber, spoken):
     from vocable.asr import check_output
     samples, rate = sf.read(spoken, dtype="float32")

@@ -20,6 +20,9 @@ from ..library import paths
 log = logging.getLogger("vocable.asr")
 
 WHISPER_RATE = 16000
+# Audio goes to Whisper in windows of this length: its features for the whole input are made at
+# once, about 40 MB per minute (an hour's result, checked, would take gigabytes).
+WINDOW_SEC = 300.0
 WHISPER_ENV = "VOCABLE_WHISPER_MODEL"    # a model folder, before the store's
 MODEL_FILES = ("model.bin", "config.json")
 # Whisper's language codes, for the languages the TTS model knows by name
@@ -112,10 +115,16 @@ class Transcriber:
             raise VocableError("there is no audio to transcribe")
         if int(sample_rate) != WHISPER_RATE:
             x = soxr.resample(x, int(sample_rate), WHISPER_RATE, quality="HQ").astype(np.float32)
+        window = int(WINDOW_SEC * WHISPER_RATE)
+        texts, info = [], None
         with self._lock:
-            segments, info = self._model.transcribe(x, language="en" if self.english_only else language,
-                                                    beam_size=5, condition_on_previous_text=False)
-            text = " ".join(s.text.strip() for s in segments).strip()
+            for start in range(0, x.size, window):   # the first window's language holds for the rest
+                wanted = "en" if self.english_only else (language or (info.language if info else None))
+                segments, heard = self._model.transcribe(x[start:start + window], language=wanted, beam_size=5,
+                                                         condition_on_previous_text=False)
+                texts.append(" ".join(s.text.strip() for s in segments).strip())
+                info = info or heard
+        text = " ".join(t for t in texts if t)
         log.info("transcribed %.1f s of audio (%s, p=%.2f)", x.size / WHISPER_RATE, info.language,
                  info.language_probability)
         return Transcript(text, info.language, float(info.language_probability), x.size / WHISPER_RATE)
