@@ -198,6 +198,37 @@ def test_drop_generate_and_save(qtbot, home, model, open_window, tmp_path, monke
     assert Settings.load().export_dir == str(tmp_path)
 
 
+def test_closing_the_window_during_a_save_keeps_the_file(qtbot, home, model, open_window, tmp_path, monkeypatch):
+    """A save the user asked for ends whole however long it takes, past the wait that the
+    other jobs get at close (made short here)."""
+    import vocable.audio.export as export
+    import vocable.gui.controller as controller
+
+    monkeypatch.setattr(controller, "SHUTDOWN_WAIT_SEC", 0.1)
+    exits = []
+    monkeypatch.setattr(os, "_exit", lambda code: exits.append(code))
+
+    set_model(model)
+    w = open_window()
+    load_reference(qtbot, w)
+    generate(qtbot, w, "Hello there.", seed=3)
+    real = export.save_speech
+
+    def slow(*args, **kwargs):   # a long MP3 or M4B encode
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(export, "save_speech", slow)
+    out = tmp_path / "kept.flac"
+    answer_save(monkeypatch, out)
+    w.result.save_button.click()
+    assert w.c.is_saving
+    w.close()
+    assert exits == []
+    data, rate = sf.read(str(out))
+    assert rate == 24000 and data.shape[0] == w.c.result.audio.size
+
+
 def test_speak_a_long_text_into_a_file(qtbot, home, model, open_window, tmp_path, monkeypatch):
     """File > Speak into a file: a long text's segments generate side by side (no playback),
     the file and the result hold the audio that Generate gives one segment after the other."""

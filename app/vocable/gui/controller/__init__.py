@@ -155,6 +155,9 @@ class Controller(ReferenceActions, SynthesisActions, LibraryActions, ModelAction
             self._recorder = None
         self.reference_player.stop()
         self.result_player.stop()
+        saving = self._saving
+        if saving is not None and saving.thread_ is not None:
+            saving.thread_.wait()   # a save the user asked for ends whole, however long it takes
         if not workers.wait_all(SHUTDOWN_WAIT_SEC):
             # A job that cannot be cancelled (a model load, a long MP3 encode) outlived the wait:
             # Qt would abort the process when its thread object goes while it runs. What the user
