@@ -1,6 +1,7 @@
 """The codec decoder's products at lower precision, simulated in the official package: each
-convolution's and linear layer's weights and/or inputs rounded (f16, bf16, or int8 with one scale
-per output channel of the weights and per frame of the inputs, as an int8 GEMM would take them),
+convolution's and linear layer's weights and/or inputs rounded (f16, bf16, or int8, int12, int14
+or int16 with one scale per output channel of the weights and per frame of the inputs, as an
+integer GEMM would take them; the wider integers from the f16 weights the engine ships),
 the products still summed in f32. Prints the waveform's cosine against the same codes decoded in
 f32, the bar a faster decoder must keep (issue 15: >= 0.998). Run it with the reference venv:
 
@@ -44,9 +45,10 @@ def main() -> None:
                 out, _ = tokenizer.decode([{"audio_codes": torch.from_numpy(codes)}])
             return np.asarray(out[0], dtype=np.float64)
 
-        def int8_rows(x, dim):
-            scale = x.abs().amax(dim=dim, keepdim=True).clamp_min(1e-30) / 127.0
-            return torch.round(x / scale).clamp(-127, 127) * scale
+        def int_rows(x, dim, bits):
+            top = float(2 ** (bits - 1) - 1)
+            scale = x.abs().amax(dim=dim, keepdim=True).clamp_min(1e-30) / top
+            return torch.round(x / scale).clamp(-top, top) * scale
 
         def rounded_weight(kind, m):
             w = m.weight.data
@@ -54,13 +56,16 @@ def main() -> None:
                 return w.half().float()
             if kind == "bf16":
                 return w.bfloat16().float()
+            bits = int(kind[3:])
+            if bits > 8:   # the integers a wide GEMM would take are made from the shipped f16 weights
+                w = w.half().float()
             if isinstance(m, torch.nn.ConvTranspose1d):  # its output channels are dim 1
                 t = w.transpose(0, 1)
-                return int8_rows(t.reshape(t.shape[0], -1), 1).reshape(t.shape).transpose(0, 1).contiguous()
-            return int8_rows(w.reshape(w.shape[0], -1), 1).reshape(w.shape)
+                return int_rows(t.reshape(t.shape[0], -1), 1, bits).reshape(t.shape).transpose(0, 1).contiguous()
+            return int_rows(w.reshape(w.shape[0], -1), 1, bits).reshape(w.shape)
 
         def rounded_input(kind, x, channel_dim):
-            return x.bfloat16().float() if kind == "bf16" else int8_rows(x, channel_dim)
+            return x.bfloat16().float() if kind == "bf16" else int_rows(x, channel_dim, int(kind[3:]))
 
         want = decode()
 
@@ -93,6 +98,11 @@ def main() -> None:
         }
         for block in range(1, 5):  # the upsampling blocks, 400 Hz to 24 kHz
             result[f"int8 weights and inputs, block {block} only"] = cosine("int8", "int8", f"decoder.decoder.{block}.")
+        # int16 products (vpdpwssd) take two multiply-adds per lane and instruction, twice an f32 FMA's
+        result["int16 weights"] = cosine("int16", None)
+        result["int16 inputs"] = cosine(None, "int16")
+        for bits in (16, 14, 12):
+            result[f"int{bits} weights and inputs"] = cosine(f"int{bits}", f"int{bits}")
         print(json.dumps({"frames": args.frames, "seed": args.seed, "model": args.model_dir, "cosine": result}),
               file=ref.stdout)
 
