@@ -20,9 +20,10 @@ def stub(folder: Path, name: str, body: str) -> None:
 
 
 def run(tmp_path, purpose: str, *, installed: set[str], uid: int, sudo: str | None, codename: str = "jammy",
-        mesa: str = "25.0.7-2~bpo12+1"):
+        mesa: str = "25.0.7-2~bpo12+1", refused: str = ""):
     """`installed`: what the stub dpkg-query says is there (mesa-vulkan-drivers at version `mesa`);
-    `codename`: the system's release (bookworm: Debian 12)."""
+    `codename`: the system's release (bookworm: Debian 12); the stub apt-get fails any command that
+    names `refused` (a package the release lacks, or an unreachable repository)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     log = tmp_path / "apt.log"
@@ -31,7 +32,8 @@ def run(tmp_path, purpose: str, *, installed: set[str], uid: int, sudo: str | No
                                 f'printf "{mesa}" || printf "install ok installed"; exit 0; }}; done; exit 1\n')
     (tmp_path / "os-release").write_text(f"ID=debian\nVERSION_CODENAME={codename}\n")
     (tmp_path / "apt" / "sources.list.d").mkdir(parents=True, exist_ok=True)
-    stub(bin_dir, "apt-get", f'echo "apt-get $*" >> {log}\n')
+    fail = f'case " $* " in *" {refused} "*) exit 100;; esac\n' if refused else ""
+    stub(bin_dir, "apt-get", f'echo "apt-get $*" >> {log}\n{fail}')
     stub(bin_dir, "id", f"echo {uid}\n")
     stub(bin_dir, "tee", f'cat > "$1"\n')
     if sudo == "ok":
@@ -41,7 +43,7 @@ def run(tmp_path, purpose: str, *, installed: set[str], uid: int, sudo: str | No
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "VOCABLE_OS_RELEASE": str(tmp_path / "os-release"),
            "VOCABLE_APT_DIR": str(tmp_path / "apt")}
     if sudo is None:   # no sudo at all: PATH without the system's
-        for tool in ("bash", "grep", "cat", "dpkg"):
+        for tool in ("bash", "grep", "cat", "dpkg", "env"):
             os.symlink(f"/bin/{tool}" if os.path.exists(f"/bin/{tool}") else f"/usr/bin/{tool}", bin_dir / tool)
         env["PATH"] = str(bin_dir)
     proc = subprocess.run(["/bin/bash", str(SCRIPT), purpose], env=env, capture_output=True, text=True, timeout=60)
@@ -60,7 +62,7 @@ def test_nothing_missing_does_nothing(tmp_path):
 def test_root_installs_exactly_what_is_missing(tmp_path):
     proc, apt = run(tmp_path, "test", installed={"g++", "python3", "libgl1"}, uid=0, sudo=None)
     assert proc.returncode == 0, proc.stderr
-    assert len(apt) == 1 and apt[0].startswith("apt-get install -y")
+    assert len(apt) == 1 and apt[0].startswith("apt-get -o DPkg::Lock::Timeout=600 install -y")
     asked = apt[0].split()
     assert "libportaudio2" in asked and "espeak-ng" in asked and "pulseaudio" in asked
     assert "g++" not in asked and "libgl1" not in asked and "xvfb" not in asked
@@ -74,8 +76,9 @@ def test_debian_12_gets_mesa_25_from_backports_for_the_tests(tmp_path):
     proc, apt = run(tmp_path, "test", installed={"g++", MESA}, uid=0, sudo=None, codename="bookworm",
                     mesa="22.3.6-1+deb12u2")
     assert proc.returncode == 0, proc.stderr
-    assert apt[-2:] == ["apt-get update -qq",
-                        "apt-get install -y -qq --no-install-recommends -t bookworm-backports mesa-vulkan-drivers"], apt
+    assert apt[-2:] == ["apt-get -o DPkg::Lock::Timeout=600 update -qq",
+                        "apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends -t bookworm-backports "
+                        "mesa-vulkan-drivers"], apt
     source = tmp_path / "apt" / "sources.list.d" / "vocable-backports.list"
     assert source.read_text() == "deb http://deb.debian.org/debian bookworm-backports main\n"
     assert "bookworm-backports" in proc.stderr
@@ -104,3 +107,37 @@ def test_without_root_it_names_the_packages_and_goes_on(tmp_path, sudo):
 def test_an_unknown_purpose_is_refused(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPT), "everything"], capture_output=True, text=True)
     assert proc.returncode == 2 and "usage:" in proc.stderr
+
+
+def test_a_release_without_glslc_installs_the_rest(tmp_path):
+    """Ubuntu 22.04 has no glslc: apt refuses a list that names it, so the rest goes in without the
+    Vulkan build tools (the app then runs on the CPU), and the set-up goes on."""
+    proc, apt = run(tmp_path, "app", installed={"g++"}, uid=0, sudo=None, refused="glslc")
+    assert proc.returncode == 0, proc.stderr
+    assert "without the Vulkan build tools" in proc.stderr
+    last = apt[-1].split()
+    assert "libportaudio2" in last and not {"glslc", "libvulkan-dev", "spirv-headers", "mesa-vulkan-drivers"} & set(last)
+
+
+def test_unreachable_backports_do_not_stop_the_set_up(tmp_path):
+    proc, apt = run(tmp_path, "test", installed={"g++", MESA}, uid=0, sudo=None, codename="bookworm",
+                    mesa="22.3.6-1+deb12u2", refused="bookworm-backports")
+    assert proc.returncode == 0 and "device tests skip" in proc.stderr, proc.stderr
+    # a commented-out backports line is not a source
+    folder = tmp_path / "commented"
+    folder.mkdir()
+    (folder / "apt" / "sources.list.d").mkdir(parents=True)
+    (folder / "apt" / "sources.list").write_text("# deb http://deb.debian.org/debian bookworm-backports main\n")
+    proc, apt = run(folder, "test", installed={"g++", MESA}, uid=0, sudo=None, codename="bookworm",
+                    mesa="22.3.6-1+deb12u2")
+    assert (folder / "apt" / "sources.list.d" / "vocable-backports.list").exists(), proc.stderr
+
+
+def test_the_renamed_glib_counts_as_installed(tmp_path):
+    """Ubuntu 24.04 and Debian 13 have libglib2.0-0t64; the old name is only an alias."""
+    everything = {"g++", "python3", "python3-venv", "python3-dev", "libsndfile1", "libportaudio2", "libegl1", "libgl1",
+                  "libfontconfig1", "libglib2.0-0t64", "libxkbcommon0", "libdbus-1-3", "fonts-dejavu-core",
+                  "libxcb-cursor0", "libxcb-icccm4", "libxcb-keysyms1", "glslc", "libvulkan-dev", "spirv-headers",
+                  "mesa-vulkan-drivers"}
+    proc, apt = run(tmp_path, "app", installed=everything, uid=1000, sudo="asks")
+    assert proc.returncode == 0 and apt == [] and proc.stderr == ""

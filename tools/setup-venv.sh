@@ -4,8 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${VOCABLE_VENV:-.venv}"
-if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
+# a venv whose making stopped half-way (python3-venv missing, an interrupt) has a python but no
+# pip: made again, not used
+if ! "$venv/bin/python" -c "import pip" 2>/dev/null; then
+    python3 -m venv --clear "$venv"
 fi
 "$venv/bin/python" -m pip install -q --upgrade pip
 # editable, so the tests see the working tree; the native module is built by scikit-build-core

@@ -21,6 +21,11 @@ app_packages=(g++ python3 python3-venv python3-dev libsndfile1 libportaudio2
     libegl1 libgl1 libfontconfig1 libglib2.0-0 libxkbcommon0 libdbus-1-3 fonts-dejavu-core
     libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1
     glslc libvulkan-dev spirv-headers mesa-vulkan-drivers)
+# Without these the app still builds and runs, on the CPU: where the release has no such package
+# (Ubuntu 22.04 has no glslc) they are left out, not made to fail the whole install.
+optional_packages=(glslc libvulkan-dev spirv-headers mesa-vulkan-drivers)
+# Ubuntu 24.04 and Debian 13 renamed it for 64-bit time; the old name only points at the new
+declare -A renamed=([libglib2.0-0]=libglib2.0-0t64)
 test_packages=(espeak-ng pulseaudio pulseaudio-utils libasound2-plugins)
 bundle_packages=(xvfb desktop-file-utils)
 fuzz_packages=(clang-14 libclang-rt-14-dev llvm-14)
@@ -41,9 +46,12 @@ if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
     exit 0
 fi
 
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep "install ok installed" > /dev/null
+}
 missing=()
 for package in "${wanted[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep "install ok installed" > /dev/null; then
+    if ! installed "$package" && ! { [ -n "${renamed[$package]:-}" ] && installed "${renamed[$package]}"; }; then
         missing+=("$package")
     fi
 done
@@ -67,7 +75,7 @@ fi
 if [ "$(id -u)" -eq 0 ]; then
     as_root=()
 elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    as_root=(sudo -n)
+    as_root=(sudo -n env DEBIAN_FRONTEND=noninteractive)   # sudo drops the environment
 else
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "warning: missing system packages: ${missing[*]}" >&2
@@ -79,22 +87,38 @@ else
     exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
+# a first boot's unattended upgrades hold apt's lock for minutes: wait for it, not fail
+apt=("${as_root[@]}" apt-get -o DPkg::Lock::Timeout=600)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "installing system packages: ${missing[*]}" >&2
     # a fresh machine may never have fetched the package lists
-    if ! "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null 2>&1; then
-        "${as_root[@]}" apt-get update -qq
-        "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
+    if ! "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" > /dev/null 2>&1; then
+        "${apt[@]}" update -qq
+        if ! "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" > /dev/null; then
+            # one optional package the release lacks refuses the whole list: the rest without them
+            required=()
+            for package in "${missing[@]}"; do
+                [[ " ${optional_packages[*]} " == *" $package "* ]] || required+=("$package")
+            done
+            echo "warning: installing without the Vulkan build tools (${optional_packages[*]}); the app runs on" \
+                 "the CPU" >&2
+            if [ "${#required[@]}" -gt 0 ]; then
+                "${apt[@]}" install -y -qq --no-install-recommends "${required[@]}" > /dev/null
+            fi
+        fi
     fi
 fi
 if [ -n "$old_mesa" ]; then
     # backports are pinned below the release (priority 100): only what is named here comes from them
-    if ! grep -rqs 'bookworm-backports' "$apt_dir/sources.list" "$apt_dir/sources.list.d/"; then
+    if ! grep -rqsE '^[^#]*bookworm-backports' "$apt_dir/sources.list" "$apt_dir/sources.list.d/"; then
         echo "adding Debian's bookworm-backports to apt's sources ($apt_dir/sources.list.d/vocable-backports.list)" >&2
         echo "deb http://deb.debian.org/debian bookworm-backports main" |
             "${as_root[@]}" tee "$apt_dir/sources.list.d/vocable-backports.list" > /dev/null
     fi
     echo "installing Mesa's Vulkan drivers from bookworm-backports (lavapipe, for the device tests)" >&2
-    "${as_root[@]}" apt-get update -qq
-    "${as_root[@]}" apt-get install -y -qq --no-install-recommends -t bookworm-backports mesa-vulkan-drivers > /dev/null
+    if ! "${apt[@]}" update -qq || ! "${apt[@]}" install -y -qq --no-install-recommends -t bookworm-backports \
+            mesa-vulkan-drivers > /dev/null; then
+        echo "warning: Mesa from bookworm-backports could not be installed; the Vulkan device tests skip" \
+             "with the reason" >&2
+    fi
 fi

@@ -30,7 +30,7 @@ if [ "$sanitize" = 1 ]; then
     build=build/native-asan
     flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DVOCABLE_SANITIZE=ON)
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
-    export LSAN_OPTIONS="suppressions=$PWD/tools/lsan-suppressions.txt:print_suppressions=0"
+    export LSAN_OPTIONS="suppressions='$PWD/tools/lsan-suppressions.txt':print_suppressions=0"   # a path with spaces
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 fi
 "$venv/bin/cmake" -S . -B "$build" -G Ninja "${flags[@]}" -DVOCABLE_BUILD_PYTHON=OFF -DPython_EXECUTABLE="$py" \
