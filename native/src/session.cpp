@@ -42,13 +42,16 @@ const talker_prefix * prefill_cache::find(const float * embeds, int64_t n, int64
 }
 
 void prefill_cache::put(talker_prefix && prefix) {
+    if (prefix.bytes() > k_max_bytes) {  // kept, it would only push the others out, then go itself
+        return;
+    }
     entries_.remove_if([&](const talker_prefix & e) { return e.embeds == prefix.embeds; });
     entries_.push_front(std::move(prefix));
     size_t total = 0;
     for (const talker_prefix & e : entries_) {
         total += e.bytes();
     }
-    while (!entries_.empty() && (entries_.size() > k_max_entries || total > k_max_bytes)) {
+    while (entries_.size() > k_max_entries || total > k_max_bytes) {
         total -= entries_.back().bytes();
         entries_.pop_back();
     }
@@ -70,13 +73,16 @@ const codec_stream * primed_stream_cache::find(const codec_decoder & decoder, co
 
 void primed_stream_cache::put(const codec_decoder & decoder, const int32_t * codes, int64_t n_codes,
                               const codec_stream & stream) {
+    if (stream.bytes() + size_t(n_codes) * sizeof(int32_t) > k_max_bytes) {  // as prefill_cache::put
+        return;
+    }
     entries_.remove_if([&](const entry & e) { return e.holds(decoder, codes, n_codes); });
     entries_.push_front({ &decoder, std::vector<int32_t>(codes, codes + n_codes), stream });
     size_t total = 0;
     for (const entry & e : entries_) {
         total += e.bytes();
     }
-    while (!entries_.empty() && (entries_.size() > k_max_entries || total > k_max_bytes)) {
+    while (entries_.size() > k_max_entries || total > k_max_bytes) {
         total -= entries_.back().bytes();
         entries_.pop_back();
     }

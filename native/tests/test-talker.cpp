@@ -1,6 +1,7 @@
 // The talker and its host sampler.
 //
-//     test-talker --sampler                      hand-computed sampler cases, no model
+//     test-talker --sampler                      hand-computed sampler cases and the prefill
+//                                                cache's bounds, no model
 //     test-talker REF_DIR F32.gguf [OTHER.gguf...]
 //     test-talker --bench MODEL.gguf [N_PREFILL [N_STEPS [N_THREADS [CAPACITY [f16]]]]]  step timing
 //
@@ -15,6 +16,7 @@
 #include "log.h"
 #include "model-loader.h"
 #include "sampler.h"
+#include "session.h"
 #include "talker.h"
 #include "test-model.h"
 #include "test-util.h"
@@ -41,6 +43,34 @@ using test::max_abs_diff;
 using test::npy_array;
 using test::npy_read;
 using test::row;
+
+// ---- prefill cache -------------------------------------------------------------------------
+
+// The cache of recent prefills holds at most k_max_entries and k_max_bytes: a prompt larger than
+// the bound alone (a minute of in-context reference: 170 MB) is not kept, and older ones go first.
+void test_prefill_cache() {
+    using qt::prefill_cache;
+    auto prefix = [](float tag, size_t bytes) {
+        qt::talker_prefix p;
+        p.embeds.assign(1, tag);
+        p.n = 1;
+        p.k.assign(1, std::vector<uint8_t>(bytes));
+        return p;
+    };
+    prefill_cache cache;
+    const float one = 1.0f, two = 2.0f, big = 3.0f;
+    cache.put(prefix(one, prefill_cache::k_max_bytes / 2));
+    cache.put(prefix(two, prefill_cache::k_max_bytes / 4));
+    check(cache.find(&one, 1, 1) && cache.find(&two, 1, 1), "two prompts within the bound are both kept");
+    cache.put(prefix(big, prefill_cache::k_max_bytes + 1));
+    check(!cache.find(&big, 1, 1) && cache.find(&one, 1, 1) && cache.find(&two, 1, 1),
+          "a prompt larger than the cache's %zu MiB is not kept, and costs the others nothing",
+          prefill_cache::k_max_bytes >> 20);
+    const float three = 4.0f;
+    cache.put(prefix(three, prefill_cache::k_max_bytes / 2));
+    check(cache.find(&three, 1, 1) && cache.find(&two, 1, 1) && !cache.find(&one, 1, 1),
+          "past the bound the oldest prompt goes first");
+}
 
 // ---- sampler ---------------------------------------------------------------------------------
 
@@ -497,7 +527,8 @@ int main(int argc, char ** argv) {
     setvbuf(stdout, nullptr, _IONBF, 0);
     if (argc == 2 && std::string(argv[1]) == "--sampler") {
         test_sampler();
-        return test::finish("all sampler tests passed");
+        test_prefill_cache();
+        return test::finish("all sampler and prefill cache tests passed");
     }
     if (argc >= 3 && std::string(argv[1]) == "--bench") {
         return test::run_or_fail([&] {
