@@ -185,14 +185,23 @@ def test_codec_decoder_weights_stay_f16():
 
 # ---- hostile folders: every malformed input is a ConversionError naming the file -------------------
 
+def split_safetensors(path):
+    """A safetensors file as (its JSON header, a dict; the bytes of its data)."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8:8 + n]), bytearray(data[8 + n:])
+
+
+def write_safetensors(path, header, data):
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(data))
+
+
 def rewrite_header(path, change):
     """Rewrites a safetensors file's JSON header as `change(header)` returns it (a dict, or raw
     bytes), keeping its data."""
-    data = path.read_bytes()
-    (n,) = struct.unpack("<Q", data[:8])
-    new = change(json.loads(data[8:8 + n]))
-    raw = new if isinstance(new, bytes) else json.dumps(new).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+    header, data = split_safetensors(path)
+    write_safetensors(path, change(header), data)
 
 
 def first_tensor(header):
@@ -317,13 +326,6 @@ def test_a_full_disk_names_the_file_and_the_cause(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def _set_entry(name, **over):
-    def change(header):
-        header[name].update(over)
-        return header
-    return change
-
-
 def _scalar_bias(header):
     name = next(k for k, v in header.items() if k != "__metadata__" and k.endswith(".bias") and len(v["shape"]) == 1)
     begin, _ = header[name]["data_offsets"]
@@ -354,13 +356,11 @@ def test_odd_checkpoints_are_conversion_errors_not_tracebacks(tmp_path, file, ch
 def test_weights_that_are_not_numbers_are_refused(tmp_path):
     src = copy_model(tmp_path)
     path = src / "model.safetensors"
-    data = bytearray(path.read_bytes())
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
+    header, data = split_safetensors(path)
     name = next(k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32" and "attn" in k)
     begin, _ = header[name]["data_offsets"]
-    data[8 + n + begin:8 + n + begin + 4] = struct.pack("<f", float("nan"))
-    path.write_bytes(bytes(data))
+    data[begin:begin + 4] = struct.pack("<f", float("nan"))
+    write_safetensors(path, header, data)
     with pytest.raises(ConversionError, match=f"{name} holds values that are not finite"):
         convert(src, tmp_path / "o.gguf", "f32")
     assert list(tmp_path.glob("o.gguf*")) == []

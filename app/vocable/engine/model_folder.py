@@ -22,9 +22,8 @@ _MIMI_DEFAULTS = dict(
 _SPEAKER_DEFAULTS = dict(mel_dim=128, enc_dim=1024, enc_channels=[512, 512, 512, 512, 1536],
                          enc_kernel_sizes=[5, 3, 3, 3, 1], enc_dilations=[1, 2, 3, 4, 1],
                          enc_attention_channels=128, enc_res2net_scale=8, enc_se_channels=128, sample_rate=24000)
-
-
 MODEL_CARD_BYTES = 64 << 10   # a model card's front matter is within its first lines
+
 
 def _read_json(path: Path) -> dict:
     """A JSON object from the model folder; ConversionError for anything else."""

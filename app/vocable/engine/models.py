@@ -291,11 +291,11 @@ class ModelStore:
         return local_dir
 
     def _unique(self, name: str) -> Path:
-        name = re.sub(r"[^\w.+-]+", "-", name).lstrip(".") or "model" + SUFFIX
-        path = Path(name)   # a name a file system takes (255 bytes), the suffix kept
-        stem = path.stem.encode("utf-8")[:MAX_NAME_BYTES].decode("utf-8", "ignore").rstrip("-.") or "model"
-        path = self.root / (stem + path.suffix)
-        stem, suffix = path.stem, path.suffix
+        name = Path(re.sub(r"[^\w.+-]+", "-", name).lstrip(".") or "model" + SUFFIX)
+        suffix = name.suffix
+        # a name a file system takes (255 bytes), the suffix kept
+        stem = name.stem.encode("utf-8")[:MAX_NAME_BYTES].decode("utf-8", "ignore").rstrip("-.") or "model"
+        path = self.root / (stem + suffix)
         n = 2
         while path.exists() or any(self.root.glob(glob.escape(path.name) + "*.partial")):
             path = self.root / f"{stem}-{n}{suffix}"

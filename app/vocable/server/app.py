@@ -89,11 +89,16 @@ def _voice_json(entry: VoiceEntry) -> dict:
             "model_variant": entry.model_variant}
 
 
+def _named(entries: list[VoiceEntry], name: str) -> list[VoiceEntry]:
+    """The voices a request may call `name`: case and surrounding blanks do not count."""
+    return [e for e in entries if e.name.casefold() == name.strip().casefold()]
+
+
 def _find_voice(entries: list[VoiceEntry], wanted: str) -> VoiceEntry:
     for entry in entries:
         if entry.id == wanted:
             return entry
-    named = [e for e in entries if e.name.casefold() == wanted.strip().casefold()]
+    named = _named(entries, wanted)
     if len(named) == 1:
         return named[0]
     known = ", ".join(sorted({e.name for e in entries})) or "none yet: add one with POST /v1/voices"
@@ -341,10 +346,10 @@ def create_app(engine_source: Callable[[], object], library: VoiceLibrary, confi
 def _refuse_taken_name(entries: list[VoiceEntry], name: str) -> None:
     """409 when the library has a voice of this name: a second one would make the name ambiguous
     in every later request."""
-    for entry in entries:
-        if entry.name.casefold() == name.casefold():
-            raise ApiError(409, f"a voice named '{entry.name}' exists already (id {entry.id}); speak in it, or "
-                                "choose another name", "name", "voice_exists")
+    taken = _named(entries, name)
+    if taken:
+        raise ApiError(409, f"a voice named '{taken[0].name}' exists already (id {taken[0].id}); speak in it, or "
+                            "choose another name", "name", "voice_exists")
 
 
 def _embed_and_save(engine, library: VoiceLibrary, data: bytes, suffix: str, name: str,
